@@ -1,0 +1,80 @@
+"""Which backend module serves a name, and which one is active.
+
+``backend("jax")`` imports ``parity.jax_ref``, ``backend("torch")``
+``parity.torch_impl``; neither is imported before it is asked for, so
+``import parity`` never loads torch or jax.
+
+The *active* backend is the one whose ``list_devices()`` fills a
+``DeviceMesh`` built without devices. It is, in order: the innermost
+``use_backend(name)`` (``torch_impl.simulate`` enters one), else the
+``PARITY_BACKEND`` environment variable, else the only backend imported so
+far. With both imported and none chosen, that is ambiguous and raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+import os
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+
+from parity.errors import ParityError
+
+BACKEND_MODULES = {"jax": "parity.jax_ref", "torch": "parity.torch_impl"}
+
+_active: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "parity_active_backend", default=None
+)
+
+
+def _check_name(name: str) -> str:
+    if name not in BACKEND_MODULES:
+        raise ParityError(
+            f"Unknown backend {name!r}: choose one of {sorted(BACKEND_MODULES)}."
+        )
+    return name
+
+
+def backend(name: str) -> ModuleType:
+    """The backend module for ``name`` ("jax" or "torch").
+
+    Raises ``ParityError`` for another name.
+    """
+    return importlib.import_module(BACKEND_MODULES[_check_name(name)])
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[ModuleType]:
+    """Make ``name`` the active backend inside the ``with`` block."""
+    token = _active.set(_check_name(name))
+    try:
+        yield backend(name)
+    finally:
+        _active.reset(token)
+
+
+def active_backend_name() -> str:
+    """The name of the active backend (see the module docstring).
+
+    Raises ``ParityError`` when none can be told apart.
+    """
+    chosen = _active.get() or os.environ.get("PARITY_BACKEND")
+    if chosen:
+        return _check_name(chosen)
+    loaded = [n for n, mod in BACKEND_MODULES.items() if mod in sys.modules]
+    if len(loaded) == 1:
+        return loaded[0]
+    raise ParityError(
+        "No active parity backend: pass devices= explicitly, set "
+        "PARITY_BACKEND=jax|torch, or build the mesh inside "
+        "parity.use_backend(name) or torch_impl.simulate(n). "
+        f"Backends imported: {loaded or 'none'}."
+    )
+
+
+def active_backend() -> ModuleType:
+    """The active backend module (see ``active_backend_name``)."""
+    return backend(active_backend_name())

@@ -1,0 +1,226 @@
+"""``TensorLayout``: which mesh axes split each dim of a tensor.
+
+One entry per tensor dim:
+
+| entry          | meaning                                  | JAX spec entry     |
+|----------------|------------------------------------------|--------------------|
+| ``None``       | replicated on every mesh axis            | ``None``           |
+| ``"a"``        | split over mesh axis ``a``               | ``"a"``            |
+| ``("a", "b")`` | split over ``a`` then ``b``, ``a`` major | ``("a", "b")``     |
+
+A layout is a small immutable value: it is checked when built (a name used
+twice raises ``LayoutError``; with a mesh, an unknown name too) and when
+applied to a shape (rank mismatch: ``LayoutError``; a dim that does not divide
+by its shard count: ``ShardingError``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Union
+
+from parity.errors import LayoutError, ShardingError
+from parity.mesh import DeviceMesh
+
+AxisEntry = Union[None, str, tuple[str, ...]]
+Spec = tuple[tuple[str, ...], ...]
+
+
+def normalize_entry(entry: object) -> tuple[str, ...]:
+    """``None`` -> ``()``, ``"a"`` -> ``("a",)``, ``["a", "b"]`` -> ``("a", "b")``.
+
+    Raises ``LayoutError`` for anything else (numbers, empty names).
+    """
+    if entry is None:
+        return ()
+    if isinstance(entry, str):
+        names: tuple[object, ...] = (entry,)
+    elif isinstance(entry, (tuple, list)):
+        names = tuple(entry)
+    else:
+        raise LayoutError(
+            f"Layout entry {entry!r} is not None, a mesh axis name or a tuple of "
+            "names. Fix: write e.g. None, 'model' or ('data', 'model')."
+        )
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise LayoutError(
+                f"Layout entry {entry!r} holds {name!r}, which is not a mesh "
+                "axis name (a non-empty string)."
+            )
+    return names  # type: ignore[return-value]
+
+
+def entry_from_names(names: tuple[str, ...]) -> AxisEntry:
+    """Inverse of ``normalize_entry``: ``()`` -> None, one name -> str."""
+    if not names:
+        return None
+    if len(names) == 1:
+        return names[0]
+    return tuple(names)
+
+
+class TensorLayout:
+    """How a tensor is laid out on a ``DeviceMesh``.
+
+    ```python
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    layout = parity.TensorLayout(("data", None), mesh)       # rows over data
+    both = parity.TensorLayout((("data", "model"),), mesh)   # 8-way, data major
+    ```
+
+    Raises ``LayoutError`` for a malformed entry, a mesh axis used twice, or
+    (with a mesh) an axis the mesh does not have.
+    """
+
+    __slots__ = ("_axes", "_spec", "_device_mesh")
+
+    def __init__(
+        self, axes: Sequence[AxisEntry], device_mesh: DeviceMesh | None = None
+    ) -> None:
+        if isinstance(axes, str):
+            raise LayoutError(
+                f"TensorLayout axes must be a sequence, one entry per dim; got the "
+                f"string {axes!r}. Fix: write ({axes!r},)."
+            )
+        spec = tuple(normalize_entry(entry) for entry in axes)
+        seen: dict[str, int] = {}
+        for dim, names in enumerate(spec):
+            for name in names:
+                if name in seen:
+                    raise LayoutError(
+                        f"Mesh axis {name!r} is used twice in layout {tuple(axes)} "
+                        f"(dims {seen[name]} and {dim}); each mesh axis may "
+                        "shard at most one dim once."
+                    )
+                seen[name] = dim
+        self._spec: Spec = spec
+        self._axes = tuple(entry_from_names(names) for names in spec)
+        self._device_mesh = None
+        if device_mesh is not None:
+            self._bind(device_mesh)
+
+    def _bind(self, mesh: DeviceMesh) -> None:
+        for dim, names in enumerate(self._spec):
+            for name in names:
+                if name not in mesh.axis_names:
+                    raise LayoutError(
+                        f"Layout {self._axes} names mesh axis {name!r} on dim {dim}, "
+                        f"but the mesh axes are {mesh.axis_names} with shape "
+                        f"{mesh.shape}."
+                    )
+        self._device_mesh = mesh
+
+    @classmethod
+    def from_spec(cls, spec: Spec, device_mesh: DeviceMesh | None = None) -> "TensorLayout":
+        """Build from a spec (one tuple of names per dim)."""
+        return cls(tuple(entry_from_names(tuple(n)) for n in spec), device_mesh)
+
+    @property
+    def axes(self) -> tuple[AxisEntry, ...]:
+        return self._axes
+
+    @property
+    def spec(self) -> Spec:
+        """One tuple of mesh axis names per dim, ``()`` for replicated."""
+        return self._spec
+
+    @property
+    def device_mesh(self) -> DeviceMesh | None:
+        return self._device_mesh
+
+    @property
+    def rank(self) -> int:
+        return len(self._spec)
+
+    def with_mesh(self, device_mesh: DeviceMesh) -> "TensorLayout":
+        """The same layout bound to ``device_mesh`` (checks the axis names)."""
+        return TensorLayout(self._axes, device_mesh)
+
+    def require_mesh(self) -> DeviceMesh:
+        """The bound mesh; ``LayoutError`` when the layout has none."""
+        if self._device_mesh is None:
+            raise LayoutError(
+                f"Layout {self._axes} has no device mesh. Fix: pass "
+                "TensorLayout(axes, device_mesh) or call layout.with_mesh(mesh)."
+            )
+        return self._device_mesh
+
+    def shard_count(self, dim: int) -> int:
+        """How many slices dim ``dim`` is cut into (product of its axes' sizes)."""
+        mesh = self.require_mesh()
+        return math.prod(mesh.axis_size(n) for n in self._spec[dim])
+
+    def check_shape(self, shape: Sequence[int]) -> None:
+        """Check that this layout can shard a tensor of ``shape``.
+
+        Raises ``LayoutError`` on a rank mismatch and ``ShardingError`` when a
+        dim does not divide by its shard count (JAX refuses those arrays).
+        """
+        shape = tuple(int(s) for s in shape)
+        if len(shape) != self.rank:
+            raise LayoutError(
+                f"Layout {self._axes} has {self.rank} entries but the tensor has "
+                f"rank {len(shape)} (shape {shape}). Fix: give one entry per dim."
+            )
+        mesh = self.require_mesh()
+        for dim, (size, names) in enumerate(zip(shape, self._spec)):
+            count = self.shard_count(dim)
+            if size % count:
+                sizes = {n: mesh.axis_size(n) for n in names}
+                raise ShardingError(
+                    f"Dim {dim} of shape {shape} has size {size}, which does not "
+                    f"divide by {count} (mesh axes {sizes}). Fix: make dim {dim} a "
+                    f"multiple of {count}, or shard it over fewer axes."
+                )
+
+    def shards(self, shape: Sequence[int]) -> dict[int, tuple[tuple[int, int], ...]]:
+        """JAX's block for each device: device index -> ``[start, stop)`` per dim.
+
+        Device ``i`` is ``mesh.devices.flat[i]``. For a dim over ``(a, b)`` the
+        block index is ``coord[a] * size[b] + coord[b]`` (``a`` major), as in
+        ``PartitionSpec(("a", "b"))``. Raises like ``check_shape``.
+        """
+        self.check_shape(shape)
+        mesh = self.require_mesh()
+        result: dict[int, tuple[tuple[int, int], ...]] = {}
+        for device, coord in enumerate(_mesh_coords(mesh.shape)):
+            bounds = []
+            for dim, names in enumerate(self._spec):
+                index = 0
+                for name in names:
+                    axis = mesh.axis_index(name)
+                    index = index * mesh.shape[axis] + coord[axis]
+                block = shape[dim] // self.shard_count(dim)
+                bounds.append((index * block, (index + 1) * block))
+            result[device] = tuple(bounds)
+        return result
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, TensorLayout)
+            and self._spec == other._spec
+            and self._device_mesh == other._device_mesh
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._spec, self._device_mesh))
+
+    def __repr__(self) -> str:
+        mesh = self._device_mesh
+        where = f", mesh={mesh.shape}{mesh.axis_names}" if mesh else ""
+        return f"TensorLayout({self._axes}{where})"
+
+
+def _mesh_coords(mesh_shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Coordinates of every device, in ``devices.flat`` order (row major)."""
+    coords: list[tuple[int, ...]] = [()]
+    for size in mesh_shape:
+        coords = [c + (i,) for c in coords for i in range(size)]
+    return coords
+
+
+def spec_without_axis(spec: Spec, axis_name: str) -> Spec:
+    """``spec`` with ``axis_name`` removed from whichever dim holds it."""
+    return tuple(tuple(n for n in names if n != axis_name) for names in spec)

@@ -1,0 +1,121 @@
+"""``DeviceMesh``: an n-dimensional grid of devices with named axes.
+
+Keras semantics and error messages: empty shape or names, a length mismatch
+and a device count mismatch raise ``ValueError`` (``parity.LayoutError``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from parity.errors import LayoutError
+
+
+class DeviceMesh:
+    """A grid of devices, one name per axis.
+
+    ```python
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))  # 8 devices
+    mesh.axis_size("model")  # 4
+    ```
+
+    Device index *i* in placements is ``mesh.devices.flat[i]``.
+
+    Raises ``LayoutError`` for an empty shape or empty names, a length
+    mismatch, repeated names, or a device count other than ``prod(shape)``.
+    """
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        axis_names: Sequence[str],
+        devices: Sequence[Any] | np.ndarray | None = None,
+    ) -> None:
+        if not shape or not axis_names:
+            raise LayoutError(
+                "Shape and axis_names cannot be empty. Received: "
+                f"shape={shape}, axis_names={axis_names}"
+            )
+        if len(shape) != len(axis_names):
+            raise LayoutError(
+                "Shape and axis_names should have same size. Received: "
+                f"shape={shape}, axis_names={axis_names}"
+            )
+        if len(set(axis_names)) != len(axis_names):
+            raise LayoutError(
+                f"Mesh axis names must be unique. Received: axis_names={axis_names}"
+            )
+        for name in axis_names:
+            if not isinstance(name, str) or not name:
+                raise LayoutError(
+                    f"Mesh axis names must be non-empty strings. Received: {name!r}"
+                )
+        for size in shape:
+            if int(size) != size or size < 1:
+                raise LayoutError(
+                    f"Mesh axis sizes must be positive integers. Received: shape={shape}"
+                )
+        if devices is None:
+            from parity.backends import active_backend
+
+            devices = active_backend().list_devices()
+        devices = np.array(devices, dtype=object)
+        if int(np.prod(shape)) != int(np.prod(devices.shape)):
+            raise LayoutError(
+                "Shape does not match the number of devices. Received: "
+                f"shape={tuple(shape)}; devices.shape={devices.shape}. Fix: use a "
+                f"mesh of {devices.size} devices, or simulate {int(np.prod(shape))}."
+            )
+        self._shape = tuple(int(s) for s in shape)
+        self._axis_names = tuple(axis_names)
+        self._devices = devices.reshape(self._shape)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return self._axis_names
+
+    @property
+    def devices(self) -> np.ndarray:
+        return self._devices
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._shape))
+
+    def axis_size(self, name: str) -> int:
+        """Size of mesh axis ``name``; ``LayoutError`` if it is not an axis."""
+        return self._shape[self.axis_index(name)]
+
+    def axis_index(self, name: str) -> int:
+        """Position of mesh axis ``name``; ``LayoutError`` if it is not an axis."""
+        try:
+            return self._axis_names.index(name)
+        except ValueError:
+            raise LayoutError(
+                f"Mesh axis {name!r} is not in the mesh; its axes are "
+                f"{self._axis_names} with shape {self._shape}."
+            ) from None
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, DeviceMesh)
+            and self._shape == other._shape
+            and self._axis_names == other._axis_names
+            and self._devices.tolist() == other._devices.tolist()
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._shape, self._axis_names, tuple(self._devices.flat)))
+
+    def __repr__(self) -> str:
+        return (
+            f"DeviceMesh(shape={self._shape}, axis_names={self._axis_names}, "
+            f"devices={self._devices.flatten().tolist()})"
+        )

@@ -1,0 +1,25 @@
+"""Shared fixtures: simulated torch ranks and the meshes the issues name."""
+
+from __future__ import annotations
+
+import pytest
+
+MESHES = {
+    "8": ((8,), ("x",)),
+    "2x4": ((2, 4), ("data", "model")),
+    "4x2": ((4, 2), ("data", "model")),
+    "2x2x2": ((2, 2, 2), ("a", "b", "c")),
+}
+
+
+def cpu_devices(n: int) -> list[str]:
+    return [f"cpu:{i}" for i in range(n)]
+
+
+@pytest.fixture
+def sim8():
+    """Eight simulated torch ranks for the duration of one test."""
+    from parity import torch_impl
+
+    with torch_impl.simulate(8):
+        yield torch_impl

@@ -1,0 +1,117 @@
+"""``all_reduce``, ``all_gather`` and ``reduce_scatter`` with ``shard_map``
+meaning: each device applies the collective to its own block over the
+devices that share its position on every other mesh axis (the sub-group of
+the named axis, never the whole world), and the result is laid out as SPEC
+says: the input spec without ``axis_name`` (``reduce_scatter``: with it
+appended as the minor-most name of dim ``axis``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed._functional_collectives as funcol
+from torch.distributed.tensor import DTensor
+
+from parity.errors import LayoutError, ShardingError
+from parity.layout import Spec, TensorLayout, spec_without_axis
+from parity.torch_impl import runtime
+from parity.torch_impl.distribute import _require_dtensor
+from parity.torch_impl.tensors import (
+    from_local_blocks,
+    global_shape_from_local,
+    resolve_pending,
+    spec_of,
+)
+
+REDUCE_OPS = {"sum": "sum", "mean": "avg", "max": "max", "min": "min"}
+
+
+def _check_op(op: str) -> str:
+    if op not in REDUCE_OPS:
+        raise LayoutError(f"Reduction op {op!r} is not one of {sorted(REDUCE_OPS)}.")
+    return REDUCE_OPS[op]
+
+
+def _prepare(x: Any, axis_name: str, what: str) -> tuple[DTensor, Spec, int]:
+    x = resolve_pending(_require_dtensor(x, what))
+    names = x.device_mesh.mesh_dim_names or ()
+    if axis_name not in names:
+        raise LayoutError(
+            f"{what}: axis_name={axis_name!r} is not a mesh axis; the mesh axes are "
+            f"{tuple(names)}."
+        )
+    spec, _ = spec_of(x)
+    return x, spec, names.index(axis_name)
+
+
+def _check_axis(axis: int, ndim: int, what: str) -> int:
+    if not isinstance(axis, int) or not -ndim <= axis < ndim:
+        raise LayoutError(
+            f"{what}: axis={axis!r} is out of range for a tensor of rank {ndim}."
+        )
+    return axis % ndim
+
+
+def _wrap(local: torch.Tensor, x: DTensor, out_spec: Spec) -> DTensor:
+    mesh = runtime.to_parity_mesh(x.device_mesh)
+    shape = global_shape_from_local(local.shape, out_spec, mesh.shape, mesh.axis_names)
+    return from_local_blocks(local, TensorLayout.from_spec(out_spec, mesh), shape)
+
+
+def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None) -> DTensor:
+    """``lax.psum``/``pmean``/``pmax``/``pmin`` of the local blocks over
+    ``axis_name``; the result's spec drops ``axis_name``.
+
+    Raises ``LayoutError`` for an unknown axis or op, ``ParityError`` for a
+    tensor that is not distributed.
+    """
+    reduce_op = _check_op(op)
+    x, spec, mesh_dim = _prepare(x, axis_name, "all_reduce")
+    local = funcol.wait_tensor(
+        funcol.all_reduce(x.to_local(), reduce_op, (x.device_mesh, mesh_dim))
+    )
+    return _wrap(local, x, spec_without_axis(spec, axis_name))
+
+
+def all_gather(x: Any, axis: int, axis_name: str) -> DTensor:
+    """``lax.all_gather(block, axis_name, axis=axis, tiled=True)``: blocks
+    concatenated along ``axis`` in the order of the ``axis_name`` coordinate.
+
+    Raises ``LayoutError`` for an unknown axis name or an axis out of range.
+    """
+    x, spec, mesh_dim = _prepare(x, axis_name, "all_gather")
+    axis = _check_axis(axis, x.ndim, "all_gather")
+    local = funcol.wait_tensor(
+        funcol.all_gather_single(x.to_local().contiguous(), axis, (x.device_mesh, mesh_dim))
+    )
+    return _wrap(local, x, spec_without_axis(spec, axis_name))
+
+
+def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> DTensor:
+    """``lax.psum_scatter(block, axis_name, scatter_dimension=axis, tiled=True)``
+    (with ``op`` in sum, mean, max, min): the device at coordinate k of
+    ``axis_name`` gets the reduction of chunk k of every block in its group.
+
+    Raises ``LayoutError`` for an unknown axis name, op or an axis out of
+    range, and ``ShardingError`` when the block's ``axis`` does not divide by
+    the axis size.
+    """
+    reduce_op = _check_op(op)
+    x, spec, mesh_dim = _prepare(x, axis_name, "reduce_scatter")
+    axis = _check_axis(axis, x.ndim, "reduce_scatter")
+    local = x.to_local().contiguous()
+    size = x.device_mesh.size(mesh_dim)
+    block = int(local.shape[axis])
+    if block % size:
+        raise ShardingError(
+            f"reduce_scatter: each device's block has size {block} on dim {axis}, "
+            f"which does not divide by the size {size} of mesh axis {axis_name!r}."
+        )
+    local = funcol.wait_tensor(
+        funcol.reduce_scatter_single(local, reduce_op, axis, (x.device_mesh, mesh_dim))
+    )
+    out_spec = list(spec_without_axis(spec, axis_name))
+    out_spec[axis] = out_spec[axis] + (axis_name,)
+    return _wrap(local, x, tuple(out_spec))

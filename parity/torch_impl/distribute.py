@@ -1,0 +1,201 @@
+"""Putting arrays on the mesh and reading them back: distribute, gather,
+``to_numpy`` and ``describe``.
+
+Every rank keeps only its own block: a host array is sliced per rank (the
+slice is copied, so no rank keeps the whole array), exactly as
+``jax.device_put`` from the host does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.distributed._local_tensor import rank_map
+from torch.distributed.tensor import DTensor, Replicate
+
+from parity.errors import ParityError, ShardingError
+from parity.layout import TensorLayout
+from parity.placement import Placement
+from parity.torch_impl import runtime
+from parity.torch_impl.tensors import (
+    as_host_tensor,
+    from_local_blocks,
+    global_shape_from_local,
+    placements_of,
+    require_layout,
+    resolve_pending,
+    spec_of,
+)
+
+
+def _mesh_position(layout: TensorLayout) -> dict[int, int]:
+    """torch rank -> device index (position in ``mesh.devices.flat``)."""
+    mesh = layout.require_mesh()
+    return {runtime.device_rank(d): i for i, d in enumerate(mesh.devices.flat)}
+
+
+def _block(host: torch.Tensor, bounds: tuple[tuple[int, int], ...]) -> torch.Tensor:
+    index = tuple(slice(a, b) for a, b in bounds)
+    return host[index].clone(memory_format=torch.contiguous_format)
+
+
+def distribute_tensor(x: Any, layout: Any) -> DTensor:
+    """``x`` laid out as ``layout``: host data is sliced per rank, a DTensor
+    is resharded (through DTensor's differentiable ``redistribute``).
+
+    Raises ``LayoutError`` (no mesh, rank mismatch, unknown axis),
+    ``ShardingError`` (indivisible dim, another mesh) and ``ParityError``
+    (no simulated or real ranks, unconvertible input).
+    """
+    layout = require_layout(layout)
+    mesh = layout.require_mesh()
+    torch_mesh = runtime.to_torch_mesh(mesh)
+    if isinstance(x, DTensor):
+        layout.check_shape(x.shape)
+        if x.device_mesh != torch_mesh:
+            raise ShardingError(
+                f"The tensor lives on mesh {x.device_mesh} and the layout on "
+                f"{torch_mesh}. Fix: gather it with all_gather_variable and "
+                "to_numpy, then distribute on the new mesh."
+            )
+        return resolve_pending(x).redistribute(torch_mesh, placements_of(layout))
+    host = as_host_tensor(x)
+    layout.check_shape(host.shape)
+    shards = layout.shards(host.shape)
+    position = _mesh_position(layout)
+    device = runtime.torch_device()
+    local = rank_map(lambda rank: _block(host, shards[position[rank]]).to(device))
+    return from_local_blocks(local, layout, host.shape)
+
+
+def distribute_variable(value: Any, layout: Any) -> torch.nn.Parameter:
+    """``distribute_tensor`` for a trainable value: a ``Parameter`` whose data
+    is a sharded DTensor (``requires_grad`` for floating dtypes)."""
+    tensor = distribute_tensor(value, layout)
+    if isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
+        tensor = tensor.detach()
+    return torch.nn.Parameter(
+        tensor, requires_grad=tensor.is_floating_point() or tensor.is_complex()
+    )
+
+
+def distribute_data_input(
+    per_process_batch: Any, layout: Any, batch_dim_name: str | None = None
+) -> DTensor:
+    """The global batch from each process's local batch, as
+    ``jax.make_array_from_process_local_data`` builds it.
+
+    One process (plain or simulated): the batch is the global batch. Several
+    processes (one device each): each passes the block its device holds, so
+    every dim grows by its shard count; processes that share a data shard
+    (model-parallel meshes) must pass equal data. ``batch_dim_name`` is
+    accepted for Keras's signature; it must name a mesh axis if given.
+
+    Raises like ``distribute_tensor``.
+    """
+    layout = require_layout(layout)
+    mesh = layout.require_mesh()
+    if batch_dim_name is not None:
+        mesh.axis_index(batch_dim_name)
+    if runtime.num_processes() == 1:
+        return distribute_tensor(per_process_batch, layout)
+    if isinstance(per_process_batch, DTensor):
+        raise ParityError("distribute_data_input expects host data, got a DTensor.")
+    local = as_host_tensor(per_process_batch)
+    if local.ndim != layout.rank:
+        layout.check_shape(local.shape)  # raises the rank mismatch
+    global_shape = global_shape_from_local(local.shape, layout.spec, mesh.shape, mesh.axis_names)
+    return from_local_blocks(local.to(runtime.torch_device()).contiguous(), layout, global_shape)
+
+
+def all_gather_variable(x: Any) -> DTensor:
+    """``x`` fully replicated on its mesh (pending reductions resolved).
+
+    Raises ``ParityError`` when ``x`` is not a DTensor.
+    """
+    x = _require_dtensor(x, "all_gather_variable")
+    x = resolve_pending(x)
+    return x.redistribute(x.device_mesh, [Replicate()] * x.device_mesh.ndim)
+
+
+def _require_dtensor(x: Any, what: str) -> DTensor:
+    if isinstance(x, torch.nn.Parameter) and isinstance(x.data, DTensor):
+        return x
+    if not isinstance(x, DTensor):
+        raise ParityError(
+            f"{what} needs a distributed tensor (DTensor); got {type(x).__name__}. "
+            "Fix: distribute_tensor(x, layout) first."
+        )
+    return x
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """The whole global array as numpy (never only a local block).
+
+    Pending reductions are completed first. Plain tensors and arrays are
+    converted as they are.
+    """
+    if isinstance(x, DTensor):
+        full = resolve_pending(x).full_tensor()
+        x = _one_rank(full)
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        if x.dtype == torch.bfloat16:
+            import ml_dtypes
+
+            return x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return x.numpy()
+    return np.asarray(x)
+
+
+def _one_rank(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor from a replicated value (rank 0's copy when simulated)."""
+    local_tensors = getattr(t, "_local_tensors", None)
+    if local_tensors is not None:
+        return local_tensors[min(local_tensors)]
+    return t
+
+
+def local_block(x: DTensor, device_index: int) -> torch.Tensor:
+    """The block that device ``device_index`` holds (simulated mode, or this
+    process's own device in multi-process mode).
+
+    Raises ``ParityError`` for a device another process holds.
+    """
+    x = _require_dtensor(x, "local_block")
+    rank = int(x.device_mesh.mesh.flatten()[device_index])
+    local = x.to_local()
+    local_tensors = getattr(local, "_local_tensors", None)
+    if local_tensors is not None:
+        return local_tensors[rank]
+    if runtime.mode() == "multiprocess" and rank != runtime.process_id():
+        raise ParityError(
+            f"Device {device_index} is rank {rank}, held by another process "
+            f"(this one is rank {runtime.process_id()})."
+        )
+    return local
+
+
+def describe(x: Any) -> Placement:
+    """The ``Placement`` of a DTensor, read from its placements.
+
+    Device index ``i`` is ``mesh.devices.flat[i]``, i.e. torch rank
+    ``mesh.mesh.flatten()[i]``. ``pending`` lists axes of an unresolved
+    ``Partial`` (parity's own functions never return one). Raises
+    ``ParityError`` for a tensor that is not distributed.
+    """
+    x = _require_dtensor(x, "describe")
+    mesh = runtime.to_parity_mesh(x.device_mesh)
+    spec, pending = spec_of(x)
+    layout = TensorLayout.from_spec(spec, mesh)
+    return Placement(
+        shape=tuple(x.shape),
+        dtype=str(x.dtype).removeprefix("torch."),
+        mesh_shape=mesh.shape,
+        axis_names=mesh.axis_names,
+        spec=spec,
+        shards=layout.shards(tuple(x.shape)),
+        pending=pending,
+    )

@@ -1,0 +1,292 @@
+"""Where the torch backend runs: one process, simulated ranks, or real ranks.
+
+* plain: no process group; one device.
+* simulated: ``simulate(n)`` — n ranks in this process, through
+  ``LocalTensorMode`` over a ``fake`` process group of world size n.
+* multi-process: ``initialize()`` — one process per device under torchrun
+  (gloo on CPU, NCCL on GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh as TorchMesh
+
+import parity
+from parity.errors import ParityError
+from parity.mesh import DeviceMesh
+
+
+@dataclasses.dataclass
+class _Runtime:
+    mode: str = "plain"  # plain | simulated | multiprocess
+    world_size: int = 1
+    device_type: str = "cpu"  # torch device type: cpu | cuda
+    generation: int = 0  # bumps whenever the process group changes
+
+
+_runtime = _Runtime()
+_lock = threading.RLock()
+_mesh_cache: dict[tuple, TorchMesh] = {}
+
+
+def _parity_device_kind(device_type: str) -> str:
+    return "gpu" if device_type == "cuda" else device_type
+
+
+def mode() -> str:
+    """``"plain"``, ``"simulated"`` or ``"multiprocess"``."""
+    return _runtime.mode
+
+
+def device_type() -> str:
+    """The torch device type tensors are placed on: ``"cpu"`` or ``"cuda"``."""
+    return _runtime.device_type
+
+
+def torch_device() -> torch.device:
+    """The torch device of this process's local blocks."""
+    if _runtime.device_type == "cuda":
+        index = 0 if _runtime.mode == "simulated" else dist.get_rank() % max(
+            torch.cuda.device_count(), 1
+        )
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def simulate(n: int = 8, device: str = "cpu") -> Iterator[None]:
+    """Run the torch backend on ``n`` simulated ranks in this process.
+
+    ```python
+    with torch_impl.simulate(8):
+        mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+        x = torch_impl.distribute_tensor(np.ones((8, 8)), parity.TensorLayout(("data", "model"), mesh))
+    ```
+
+    ``device="cuda"`` keeps every simulated rank's block on one CUDA device.
+    Raises ``ParityError`` for n < 1, when already simulating or inside a real
+    process group, or for ``device="cuda"`` without CUDA.
+    """
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if not isinstance(n, int) or n < 1:
+        raise ParityError(f"simulate(n) needs a positive int; got n={n!r}.")
+    if device not in ("cpu", "cuda"):
+        raise ParityError(f"simulate(device={device!r}): choose 'cpu' or 'cuda'.")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ParityError("simulate(device='cuda') needs a CUDA device; none is visible.")
+    with _lock:
+        if _runtime.mode != "plain" or dist.is_initialized():
+            raise ParityError(
+                f"simulate({n}) cannot start: the torch backend is already in "
+                f"{_runtime.mode!r} mode. Leave the current simulate() block, or "
+                "do not mix simulate() with initialize()."
+            )
+        dist.init_process_group("fake", rank=0, world_size=n, store=FakeStore())
+        _set_runtime("simulated", n, device)
+    try:
+        with LocalTensorMode(n), parity.use_backend("torch"):
+            yield
+    finally:
+        with _lock:
+            dist.destroy_process_group()
+            _set_runtime("plain", 1, "cpu")
+
+
+def _set_runtime(mode_name: str, world_size: int, device: str) -> None:
+    _runtime.mode = mode_name
+    _runtime.world_size = world_size
+    _runtime.device_type = device
+    _runtime.generation += 1
+    _mesh_cache.clear()
+
+
+def initialize(
+    job_addresses: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    timeout_s: float = 300.0,
+) -> None:
+    """Start multi-process mode: one ``torch.distributed`` rank per process.
+
+    Arguments default to torchrun's environment (``MASTER_ADDR``,
+    ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``) and Keras's
+    (``KERAS_DISTRIBUTION_JOB_ADDRESSES``, ``KERAS_DISTRIBUTION_NUM_PROCESSES``,
+    ``KERAS_DISTRIBUTION_PROCESS_ID``). ``job_addresses`` is a comma-separated
+    list of ``host:port``; the first is the coordinator. NCCL when CUDA is
+    available, gloo otherwise. A rank that waits ``timeout_s`` on a lost peer
+    fails with an error instead of hanging.
+
+    Raises ``ParityError`` when simulating, when arguments are missing, or
+    when they contradict each other.
+    """
+    env = os.environ
+    job_addresses = job_addresses or env.get("KERAS_DISTRIBUTION_JOB_ADDRESSES")
+    if num_processes is None:
+        num_processes = _env_int("KERAS_DISTRIBUTION_NUM_PROCESSES", "WORLD_SIZE")
+    if process_id is None:
+        process_id = _env_int("KERAS_DISTRIBUTION_PROCESS_ID", "RANK")
+    if num_processes is None or process_id is None:
+        raise ParityError(
+            "initialize() needs num_processes and process_id: pass them, run "
+            "under torchrun, or set KERAS_DISTRIBUTION_NUM_PROCESSES and "
+            "KERAS_DISTRIBUTION_PROCESS_ID."
+        )
+    if not 0 <= process_id < num_processes:
+        raise ParityError(
+            f"process_id={process_id} is outside [0, num_processes={num_processes})."
+        )
+    with _lock:
+        if _runtime.mode == "simulated":
+            raise ParityError("initialize() cannot run inside simulate().")
+        if dist.is_initialized():
+            if dist.get_world_size() != num_processes or dist.get_rank() != process_id:
+                raise ParityError(
+                    "torch.distributed is already initialized with world size "
+                    f"{dist.get_world_size()} and rank {dist.get_rank()}, not "
+                    f"{num_processes} and {process_id}."
+                )
+        else:
+            init_method = "env://"
+            if job_addresses:
+                coordinator = job_addresses.split(",")[0].strip()
+                init_method = f"tcp://{coordinator}"
+            use_cuda = torch.cuda.is_available()
+            if use_cuda:
+                torch.cuda.set_device(
+                    int(env.get("LOCAL_RANK", process_id)) % torch.cuda.device_count()
+                )
+            dist.init_process_group(
+                "nccl" if use_cuda else "gloo",
+                init_method=init_method,
+                world_size=num_processes,
+                rank=process_id,
+                timeout=datetime.timedelta(seconds=timeout_s),
+            )
+        backend_name = dist.get_backend()
+        _set_runtime(
+            "multiprocess", dist.get_world_size(), "cuda" if backend_name == "nccl" else "cpu"
+        )
+
+
+def _env_int(*names: str) -> int | None:
+    for name in names:
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return None
+
+
+def _sync_with_process_group() -> None:
+    # A process group started by the user (not through initialize) counts too.
+    if _runtime.mode == "plain" and dist.is_initialized():
+        with _lock:
+            _set_runtime(
+                "multiprocess",
+                dist.get_world_size(),
+                "cuda" if dist.get_backend() == "nccl" else "cpu",
+            )
+
+
+def num_processes() -> int:
+    """Processes in the job: 1 when plain or simulated, else the world size."""
+    _sync_with_process_group()
+    return _runtime.world_size if _runtime.mode == "multiprocess" else 1
+
+
+def process_id() -> int:
+    """This process's rank (0 when plain or simulated)."""
+    _sync_with_process_group()
+    return dist.get_rank() if _runtime.mode == "multiprocess" else 0
+
+
+def list_devices(device_type: str | None = None) -> list[str]:
+    """Devices of the job, ``["cpu:0", ...]`` or ``["gpu:0", ...]``.
+
+    Simulated and multi-process: one device per rank. Plain: this process's
+    CUDA devices, else ``["cpu:0"]``. ``device_type`` ("cpu" or "gpu")
+    filters; raises ``ParityError`` for another value.
+    """
+    _sync_with_process_group()
+    if device_type is not None and device_type.lower() not in ("cpu", "gpu", "cuda"):
+        raise ParityError(f"device_type={device_type!r}: choose 'cpu' or 'gpu'.")
+    if _runtime.mode == "plain":
+        kind = "gpu" if torch.cuda.is_available() else "cpu"
+        count = torch.cuda.device_count() if kind == "gpu" else 1
+    else:
+        kind = _parity_device_kind(_runtime.device_type)
+        count = _runtime.world_size
+    wanted = None if device_type is None else _parity_device_kind(device_type.lower())
+    if wanted is not None and wanted != kind:
+        return []
+    return [f"{kind}:{i}" for i in range(count)]
+
+
+def get_device_count(device_type: str | None = None) -> int:
+    """``len(list_devices(device_type))``."""
+    return len(list_devices(device_type))
+
+
+def device_rank(device: object) -> int:
+    """The torch rank of a parity device name (``"cpu:3"`` -> 3).
+
+    Raises ``ParityError`` for a malformed name or a rank outside the job.
+    """
+    text = str(device)
+    kind, _, index = text.rpartition(":")
+    if not index.isdigit() or kind not in ("cpu", "gpu", "cuda"):
+        raise ParityError(f"Device {text!r} is not of the form 'cpu:N' or 'gpu:N'.")
+    rank = int(index)
+    world = _runtime.world_size if _runtime.mode != "plain" else len(list_devices())
+    if rank >= world:
+        raise ParityError(
+            f"Device {text!r} is rank {rank}, but the job has {world} ranks "
+            f"(mode {_runtime.mode!r}). Fix: run inside simulate({rank + 1}) or "
+            "with more processes."
+        )
+    return rank
+
+
+def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
+    """The torch ``DeviceMesh`` for a parity mesh (cached per process group).
+
+    Rank of ``mesh.devices.flat[i]`` comes from its name (``"cpu:i"``).
+    Raises ``ParityError`` when no simulated or real process group runs.
+    """
+    _sync_with_process_group()
+    if _runtime.mode == "plain":
+        raise ParityError(
+            "The torch backend has no ranks: use torch_impl.simulate(n) for "
+            "simulated devices or torch_impl.initialize() under torchrun."
+        )
+    key = (_runtime.generation, mesh)
+    with _lock:
+        cached = _mesh_cache.get(key)
+        if cached is None:
+            ranks = np.vectorize(device_rank, otypes=[np.int64])(mesh.devices)
+            cached = TorchMesh(
+                _runtime.device_type,
+                torch.from_numpy(ranks),
+                mesh_dim_names=mesh.axis_names,
+            )
+            _mesh_cache[key] = cached
+    return cached
+
+
+def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
+    """The parity mesh of a torch ``DeviceMesh`` (axis names ``dim0``... if unnamed)."""
+    names = torch_mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(torch_mesh.ndim))
+    kind = _parity_device_kind(torch_mesh.device_type)
+    ranks = torch_mesh.mesh.cpu().numpy()
+    devices = np.vectorize(lambda r: f"{kind}:{r}", otypes=[object])(ranks)
+    return DeviceMesh(tuple(torch_mesh.mesh.shape), tuple(names), devices)

@@ -1,0 +1,287 @@
+"""parity.torch_impl on 8 simulated ranks, checked against JAX's block rule
+(``TensorLayout.shards``, itself checked against JAX in test_backend_parity)
+and against a numpy model of the SPMD collectives."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import MESHES, cpu_devices
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import parity
+from parity.layout_space import all_specs
+from parity.torch_impl.placements import to_placements, to_spec
+
+
+def host_array(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def layout_cases():
+    for mesh_id, (shape, names) in MESHES.items():
+        for rank in (1, 2, 3):
+            for spec in all_specs(names, rank):
+                yield pytest.param(mesh_id, spec, id=f"{mesh_id}-{spec}")
+
+
+def check_blocks(ti, x, host, layout):
+    """Each device holds exactly the slice JAX gives it, and nothing more."""
+    for device, bounds in layout.shards(host.shape).items():
+        block = ti.local_block(x, device).numpy()
+        expected = host[tuple(slice(a, b) for a, b in bounds)]
+        np.testing.assert_array_equal(block, expected, err_msg=f"device {device}")
+
+
+@pytest.mark.parametrize("mesh_id,spec", list(layout_cases()))
+def test_every_layout_places_each_block_where_jax_does(sim8, mesh_id, spec):
+    ti = sim8
+    mesh = parity.DeviceMesh(*MESHES[mesh_id])
+    layout = parity.TensorLayout.from_spec(spec, mesh)
+    host = host_array((8, 16, 8)[: len(spec)])
+    x = ti.distribute_tensor(host, layout)
+    placement = ti.describe(x)
+    assert placement.spec == spec
+    assert placement.shards == layout.shards(host.shape)
+    assert placement.pending == ()
+    check_blocks(ti, x, host, layout)
+    np.testing.assert_array_equal(ti.to_numpy(x), host)
+
+
+@pytest.mark.parametrize("mesh_id", list(MESHES))
+def test_placements_round_trip_to_spec(mesh_id):
+    shape, names = MESHES[mesh_id]
+    for rank in (1, 2, 3):
+        for spec in all_specs(names, rank):
+            placements = to_placements(spec, shape, names)
+            assert to_spec(placements, rank, shape, names) == (spec, ())
+
+
+def test_reversed_axis_order_needs_a_strided_shard(sim8):
+    # The issue's example: P(("model", "data")) on a (2, 4) mesh, 16 elements.
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    layout = parity.TensorLayout((("model", "data"),), mesh)
+    x = sim8.distribute_tensor(np.arange(16, dtype=np.float32), layout)
+    assert sim8.describe(x).shards[1] == ((4, 6),)
+    np.testing.assert_array_equal(sim8.local_block(x, 1).numpy(), [4, 5])
+    assert type(x.placements[0]).__name__ == "_StridedShard"
+
+
+def test_sharded_variable_stores_one_nth_of_the_bytes_per_rank(sim8):
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    host = host_array((64, 32))
+    var = sim8.distribute_variable(host, parity.TensorLayout(("data", "model"), mesh))
+    assert isinstance(var, torch.nn.Parameter) and var.requires_grad
+    for device in range(8):
+        block = sim8.local_block(var, device)
+        assert block.untyped_storage().nbytes() == host.nbytes // 8
+    np.testing.assert_array_equal(sim8.to_numpy(var), host)
+
+
+def test_mesh_with_permuted_devices_maps_device_index_to_its_rank(sim8):
+    devices = cpu_devices(8)[::-1]
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"), devices)
+    layout = parity.TensorLayout(("data", "model"), mesh)
+    host = host_array((4, 8))
+    x = sim8.distribute_tensor(host, layout)
+    check_blocks(sim8, x, host, layout)
+    assert int(x.device_mesh.mesh.flatten()[0]) == 7
+
+
+def spmd_blocks(host, layout):
+    mesh = layout.device_mesh
+    return {
+        d: host[tuple(slice(a, b) for a, b in bounds)]
+        for d, bounds in layout.shards(host.shape).items()
+    }, mesh
+
+
+def group_of(mesh, device, axis_name):
+    """Devices sharing every coordinate of ``device`` but ``axis_name``'s, in axis order."""
+    coords = np.array(np.unravel_index(np.arange(mesh.size), mesh.shape)).T
+    axis = mesh.axis_index(axis_name)
+    mine = coords[device]
+    return [
+        d
+        for d in range(mesh.size)
+        if all(coords[d][k] == mine[k] for k in range(len(mesh.shape)) if k != axis)
+    ]
+
+
+NUMPY_REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+
+
+def collective_cases():
+    for mesh_id in ("8", "2x4", "2x2x2"):
+        shape, names = MESHES[mesh_id]
+        for spec in list(all_specs(names, 2))[::3]:
+            for axis_name in names:
+                yield pytest.param(mesh_id, spec, axis_name, id=f"{mesh_id}-{spec}-{axis_name}")
+
+
+@pytest.mark.parametrize("mesh_id,spec,axis_name", list(collective_cases()))
+def test_collectives_follow_the_spmd_model(sim8, mesh_id, spec, axis_name):
+    ti = sim8
+    mesh = parity.DeviceMesh(*MESHES[mesh_id])
+    layout = parity.TensorLayout.from_spec(spec, mesh)
+    host = host_array((16, 16), seed=1)
+    x = ti.distribute_tensor(host, layout)
+    blocks, _ = spmd_blocks(host, layout)
+    size = mesh.axis_size(axis_name)
+    for op, reduce in NUMPY_REDUCE.items():
+        out = ti.all_reduce(x, op, axis_name=axis_name)
+        assert ti.describe(out).spec == parity.layout.spec_without_axis(spec, axis_name)
+        for d in range(mesh.size):
+            group = [blocks[g] for g in group_of(mesh, d, axis_name)]
+            np.testing.assert_allclose(
+                ti.local_block(out, d).numpy(), reduce(np.stack(group), axis=0), rtol=1e-5, atol=1e-5
+            )
+    for axis in (0, 1):
+        gathered = ti.all_gather(x, axis, axis_name)
+        out_spec = parity.layout.spec_without_axis(spec, axis_name)
+        assert ti.describe(gathered).spec == out_spec
+        for d in range(mesh.size):
+            group = [blocks[g] for g in group_of(mesh, d, axis_name)]
+            np.testing.assert_array_equal(
+                ti.local_block(gathered, d).numpy(), np.concatenate(group, axis=axis)
+            )
+        if blocks[0].shape[axis] % size:
+            with pytest.raises(parity.ShardingError):
+                ti.reduce_scatter(x, axis, axis_name)
+            continue
+        scattered = ti.reduce_scatter(x, axis, axis_name)
+        expected_spec = list(out_spec)
+        expected_spec[axis] = expected_spec[axis] + (axis_name,)
+        assert ti.describe(scattered).spec == tuple(expected_spec)
+        for d in range(mesh.size):
+            group_devices = group_of(mesh, d, axis_name)
+            k = group_devices.index(d)
+            total = np.sum(np.stack([blocks[g] for g in group_devices]), axis=0)
+            chunk = np.split(total, size, axis=axis)[k]
+            np.testing.assert_allclose(ti.local_block(scattered, d).numpy(), chunk, rtol=1e-5, atol=1e-5)
+
+
+def test_all_reduce_uses_only_the_named_axis_group(sim8):
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    x = sim8.distribute_tensor(np.ones((2, 4), np.float32), parity.TensorLayout(("data", "model"), mesh))
+    out = sim8.all_reduce(x, "sum", axis_name="model")
+    np.testing.assert_array_equal(sim8.to_numpy(out), [[4.0], [4.0]])
+
+
+def test_all_gather_variable_replicates(sim8):
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    host = host_array((8, 8))
+    x = sim8.distribute_tensor(host, parity.TensorLayout(("model", "data"), mesh))
+    full = sim8.all_gather_variable(x)
+    assert sim8.describe(full).spec == ((), ())
+    for d in range(8):
+        np.testing.assert_array_equal(sim8.local_block(full, d).numpy(), host)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_resharding_between_any_two_layouts_keeps_values_and_places_blocks(data):
+    from parity import torch_impl as ti
+
+    mesh_id = data.draw(st.sampled_from(list(MESHES)))
+    shape, names = MESHES[mesh_id]
+    rank = data.draw(st.integers(1, 3))
+    specs = list(all_specs(names, rank))
+    src = data.draw(st.sampled_from(specs))
+    dst = data.draw(st.sampled_from(specs))
+    host = host_array((8, 8, 8)[:rank], seed=2)
+    with ti.simulate(8):
+        mesh = parity.DeviceMesh(shape, names)
+        x = ti.distribute_tensor(host, parity.TensorLayout.from_spec(src, mesh))
+        target = parity.TensorLayout.from_spec(dst, mesh)
+        y = ti.distribute_tensor(x, target)
+        assert ti.describe(y).spec == dst
+        check_blocks(ti, y, host, target)
+
+
+def test_distribute_data_input_in_one_process_is_the_global_batch(sim8):
+    mesh = parity.DeviceMesh((2, 4), ("batch", "model"))
+    batch = host_array((8, 4))
+    x = sim8.distribute_data_input(batch, parity.TensorLayout(("batch", None), mesh), "batch")
+    np.testing.assert_array_equal(sim8.to_numpy(x), batch)
+    assert sim8.describe(x).spec == (("batch",), ())
+
+
+# -- errors -----------------------------------------------------------------
+
+
+@pytest.fixture
+def mesh24(sim8):
+    return parity.DeviceMesh((2, 4), ("data", "model"))
+
+
+def test_unknown_axis_raises_layout_error(mesh24):
+    with pytest.raises(parity.LayoutError, match="'expert'"):
+        parity.TensorLayout(("expert", None), mesh24)
+
+
+def test_axis_used_twice_raises_layout_error(mesh24):
+    with pytest.raises(parity.LayoutError, match="used twice"):
+        parity.TensorLayout(("data", "data"), mesh24)
+
+
+def test_rank_mismatch_raises_layout_error(sim8, mesh24):
+    with pytest.raises(parity.LayoutError, match="rank 2"):
+        sim8.distribute_tensor(np.ones((4, 4)), parity.TensorLayout(("data",), mesh24))
+
+
+def test_indivisible_dim_raises_sharding_error_instead_of_uneven_chunks(sim8, mesh24):
+    with pytest.raises(parity.ShardingError, match="Dim 1 of shape \\(4, 6\\) has size 6"):
+        sim8.distribute_tensor(np.ones((4, 6)), parity.TensorLayout(("data", "model"), mesh24))
+
+
+def test_device_count_mismatch_raises(sim8):
+    with pytest.raises(parity.LayoutError, match="number of devices"):
+        parity.DeviceMesh((4, 4), ("data", "model"))
+
+
+def test_collective_bad_arguments_raise_layout_error(sim8, mesh24):
+    x = sim8.distribute_tensor(np.ones((4, 4), np.float32), parity.TensorLayout(("data", None), mesh24))
+    with pytest.raises(parity.LayoutError, match="'expert' is not a mesh axis"):
+        sim8.all_reduce(x, "sum", axis_name="expert")
+    with pytest.raises(parity.LayoutError, match="'prod'"):
+        sim8.all_reduce(x, "prod", axis_name="data")
+    with pytest.raises(parity.LayoutError, match="axis=2"):
+        sim8.all_gather(x, 2, "model")
+
+
+def test_plain_tensor_to_collective_raises_parity_error(sim8):
+    with pytest.raises(parity.ParityError, match="distribute_tensor"):
+        sim8.all_reduce(torch.ones(4), "sum", axis_name="data")
+
+
+def test_no_ranks_outside_simulate_raises_parity_error():
+    from parity import torch_impl as ti
+
+    mesh = parity.DeviceMesh((1,), ("x",), ["cpu:0"])
+    with pytest.raises(parity.ParityError, match="simulate"):
+        ti.distribute_tensor(np.ones(4), parity.TensorLayout(("x",), mesh))
+
+
+def test_simulate_cannot_nest():
+    from parity import torch_impl as ti
+
+    with ti.simulate(4):
+        with pytest.raises(parity.ParityError, match="already"):
+            with ti.simulate(4):
+                pass
+    assert ti.list_devices() == ["cpu:0"]
+
+
+def test_simulate_lists_its_devices_and_cleans_up():
+    from parity import torch_impl as ti
+
+    with ti.simulate(8):
+        assert ti.list_devices() == cpu_devices(8)
+        assert ti.get_device_count() == 8
+        assert ti.num_processes() == 1 and ti.process_id() == 0
+    assert not torch.distributed.is_initialized()

@@ -1,0 +1,26 @@
+"""Launch a worker script under torchrun with gloo ranks, for marked tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_torchrun(script: str, nproc: int = 4, timeout: float = 180, args: tuple = ()) -> str:
+    """Run ``tests/multiprocess/<script>`` on ``nproc`` local ranks; return its output.
+
+    Raises ``AssertionError`` with the output when any rank fails.
+    """
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc_per_node={nproc}", str(ROOT / "tests" / "multiprocess" / script), *args,
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    return output

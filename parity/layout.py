@@ -185,7 +185,7 @@ class TensorLayout:
         self.check_shape(shape)
         mesh = self.require_mesh()
         result: dict[int, tuple[tuple[int, int], ...]] = {}
-        for device, coord in enumerate(_mesh_coords(mesh.shape)):
+        for device, coord in enumerate(mesh_coords(mesh.shape)):
             bounds = []
             for dim, names in enumerate(self._spec):
                 index = 0
@@ -213,7 +213,7 @@ class TensorLayout:
         return f"TensorLayout({self._axes}{where})"
 
 
-def _mesh_coords(mesh_shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+def mesh_coords(mesh_shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Coordinates of every device, in ``devices.flat`` order (row major)."""
     coords: list[tuple[int, ...]] = [()]
     for size in mesh_shape:

@@ -285,3 +285,15 @@ def test_simulate_lists_its_devices_and_cleans_up():
         assert ti.get_device_count() == 8
         assert ti.num_processes() == 1 and ti.process_id() == 0
     assert not torch.distributed.is_initialized()
+
+
+def test_describe_reports_the_uneven_blocks_of_a_raw_dtensor(sim8):
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    raw = distribute_tensor(torch.arange(30.0).reshape(5, 6), sim8.to_torch_mesh(mesh), [Shard(0), Shard(1)])
+    placement = sim8.describe(raw)
+    assert placement.shards[3] == ((0, 3), (6, 6))
+    for device, bounds in placement.shards.items():
+        held = tuple(sim8.local_block(raw, device).shape)
+        assert held == tuple(b - a for a, b in bounds)

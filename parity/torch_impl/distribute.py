@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 from torch.distributed._local_tensor import rank_map
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from parity.errors import ParityError, ShardingError
-from parity.layout import TensorLayout
+from parity.layout import TensorLayout, mesh_coords
 from parity.placement import Placement
 from parity.torch_impl import runtime
 from parity.torch_impl.tensors import (
@@ -190,12 +190,38 @@ def describe(x: Any) -> Placement:
     mesh = runtime.to_parity_mesh(x.device_mesh)
     spec, pending = spec_of(x)
     layout = TensorLayout.from_spec(spec, mesh)
+    try:
+        shards = layout.shards(tuple(x.shape))
+    except ShardingError:  # a raw DTensor split unevenly: report what it holds
+        shards = uneven_shard_bounds(tuple(x.shape), x.placements, mesh.shape)
     return Placement(
         shape=tuple(x.shape),
         dtype=str(x.dtype).removeprefix("torch."),
         mesh_shape=mesh.shape,
         axis_names=mesh.axis_names,
         spec=spec,
-        shards=layout.shards(tuple(x.shape)),
+        shards=shards,
         pending=pending,
     )
+
+
+def uneven_shard_bounds(shape, placements, mesh_shape) -> dict:
+    """Blocks of a DTensor whose ``Shard`` dims do not divide evenly.
+
+    DTensor splits like ``torch.chunk``: ``ceil(n / k)`` per rank, the last
+    ones shorter or empty. Raises ``ShardingError`` for an uneven strided
+    shard, which no JAX layout produces.
+    """
+    result = {}
+    for device, coord in enumerate(mesh_coords(tuple(mesh_shape))):
+        bounds = [[0, n] for n in shape]
+        for mesh_dim, p in enumerate(placements):
+            if isinstance(p, Shard):
+                start, stop = bounds[p.dim]
+                chunk = -(-(stop - start) // mesh_shape[mesh_dim])
+                lo = min(start + coord[mesh_dim] * chunk, stop)
+                bounds[p.dim] = [lo, min(lo + chunk, stop)]
+            elif not hasattr(p, "is_replicate") or not (p.is_replicate() or p.is_partial()):
+                raise ShardingError(f"Cannot describe uneven placement {p} of shape {shape}.")
+        result[device] = tuple(tuple(b) for b in bounds)
+    return result

@@ -297,3 +297,10 @@ def test_describe_reports_the_uneven_blocks_of_a_raw_dtensor(sim8):
     for device, bounds in placement.shards.items():
         held = tuple(sim8.local_block(raw, device).shape)
         assert held == tuple(b - a for a, b in bounds)
+
+
+def test_scalar_variable_keeps_rank_zero(sim8):
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    var = sim8.distribute_variable(np.array(0, np.int64), parity.TensorLayout((), mesh))
+    assert tuple(var.shape) == () and not var.requires_grad
+    assert sim8.to_numpy(var) == 0

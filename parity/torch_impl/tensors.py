@@ -34,7 +34,8 @@ def as_host_tensor(x: Any) -> torch.Tensor:
         raise ParityError(f"Cannot turn {type(x).__name__} into a numeric tensor.")
     if array.dtype.name == "bfloat16":
         return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(array))
+    # np.ascontiguousarray would turn a 0-d array into shape (1,).
+    return torch.from_numpy(np.array(array, order="C", copy=True))
 
 
 def require_layout(layout: Any) -> TensorLayout:

@@ -141,3 +141,18 @@ def test_device_count_mismatch_raises_on_both():
         return True
 
     assert both(program) == (True, True)
+
+
+def test_mean_of_integers_is_float32_on_both():
+    host = np.arange(64, dtype=np.int32).reshape(8, 8)
+
+    def program(backend):
+        mesh = parity.DeviceMesh(*MESHES["2x4"])
+        x = backend.distribute_tensor(host, parity.TensorLayout(("data", "model"), mesh))
+        out = [backend.all_reduce(x, "mean", axis_name="model"), backend.reduce_scatter(x, 0, "data", op="mean")]
+        return [(backend.describe(o), backend.to_numpy(o)) for o in out]
+
+    reference, candidate = both(program)
+    for (ref_p, ref_v), (cand_p, cand_v) in zip(reference, candidate):
+        assert cand_p == ref_p and cand_p.dtype == ref_p.dtype == "float32"
+        np.testing.assert_allclose(cand_v, ref_v)

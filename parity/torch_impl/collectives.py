@@ -34,6 +34,13 @@ def _check_op(op: str) -> str:
     return REDUCE_OPS[op]
 
 
+def _floating_for_mean(local: torch.Tensor, op: str) -> torch.Tensor:
+    # lax.pmean of integers is float32; so is parity's.
+    if op == "mean" and not (local.is_floating_point() or local.is_complex()):
+        return local.to(torch.float32)
+    return local
+
+
 def _prepare(x: Any, axis_name: str, what: str) -> tuple[DTensor, Spec, int]:
     x = resolve_pending(_require_dtensor(x, what))
     names = x.device_mesh.mesh_dim_names or ()
@@ -70,7 +77,9 @@ def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None) -> DTensor
     reduce_op = _check_op(op)
     x, spec, mesh_dim = _prepare(x, axis_name, "all_reduce")
     local = funcol.wait_tensor(
-        funcol.all_reduce(x.to_local(), reduce_op, (x.device_mesh, mesh_dim))
+        funcol.all_reduce(
+            _floating_for_mean(x.to_local(), op), reduce_op, (x.device_mesh, mesh_dim)
+        )
     )
     return _wrap(local, x, spec_without_axis(spec, axis_name))
 
@@ -101,7 +110,7 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> DTenso
     reduce_op = _check_op(op)
     x, spec, mesh_dim = _prepare(x, axis_name, "reduce_scatter")
     axis = _check_axis(axis, x.ndim, "reduce_scatter")
-    local = x.to_local().contiguous()
+    local = _floating_for_mean(x.to_local().contiguous(), op)
     size = x.device_mesh.size(mesh_dim)
     block = int(local.shape[axis])
     if block % size:

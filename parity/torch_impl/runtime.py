@@ -174,6 +174,9 @@ def initialize(
                 rank=process_id,
                 timeout=datetime.timedelta(seconds=timeout_s),
             )
+            from parity.torch_impl import faults
+
+            faults.start(timeout_s)  # a lost peer ends this rank with its name
         backend_name = dist.get_backend()
         _set_runtime(
             "multiprocess", dist.get_world_size(), "cuda" if backend_name == "nccl" else "cpu"

@@ -1,0 +1,416 @@
+"""Lost and stuck ranks: turn a dead peer into a ``ParityError`` that names it.
+
+What gloo does on its own (torch 2.13, measured): a rank blocked in a
+collective whose peer was killed fails at once with
+``RuntimeError: [.../pair.cc:553] Connection closed by peer [127.0.0.1]:PORT``
+(a peer's address, never its rank), and the ranks further along the ring fail
+in cascade as their neighbours exit; a rank whose peer is alive but stuck
+waits for the process-group timeout (``initialize(timeout_s=...)``), then
+fails with ``Timed out waiting Nms for recv operation``. torchrun's agent
+tears the job down too and names the root-cause rank in its own summary, but
+the survivors themselves die of SIGTERM without a word.
+
+The watchdog that ``initialize()`` starts makes every surviving rank say
+which rank was lost, as ``jax.distributed``'s coordination service does:
+
+* each rank publishes its host, pid and a heartbeat in the job's store
+  (a connection of its own, with a short timeout), and an exit marker when it
+  leaves: ``ok`` (normal exit), ``error:...`` (an exception of its own) or
+  ``peer:R`` (it stops because rank R was lost);
+* a peer is *lost* when it exited with an error, or its process is gone
+  without an ``ok`` marker (same host: ``kill(pid, 0)``), or its heartbeat is
+  older than ``PARITY_HEARTBEAT_STALE_S`` (default 15 s: other hosts, or a
+  frozen process); ``peer:R`` markers are followed to the root cause;
+* an uncaught distributed error (gloo's connection reset or timeout) is
+  reported as ``parity.ParityError: lost rank R of N ...`` chained to the
+  original error (``sys.excepthook``), and the process exits 1;
+* a rank that is not inside a collective when a peer is lost (computing, or
+  waiting elsewhere) is ended by the watchdog after a short grace period with
+  the same message on stderr and exit status 1 (``os._exit``: like JAX, a
+  job that lost a rank cannot continue).
+
+A peer that is alive but stuck inside Python keeps its heartbeat; the
+others then wait for the process-group timeout, and the message lists the
+ranks that were not inside a collective (the stuck ones).
+
+``PARITY_WATCHDOG=0`` turns the watchdog off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from parity.errors import ParityError
+
+_PREFIX = "parity/faults/"
+_DIST_MARKERS = (
+    "gloo",
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Timed out waiting",
+    "NCCL",
+)
+
+
+class LostRankError(ParityError):
+    """A peer rank of the job died, exited with an error, or stopped responding."""
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+@dataclass
+class _Peer:
+    host: str = ""
+    pid: int = 0
+    beat: str = ""
+    beat_seen_at: float = 0.0
+    in_collective: bool = False
+    state_since: float = 0.0  # wall clock when it entered / left its current collective
+    exit: str = ""
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed child its parent has not reaped yet is a zombie: dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def is_distributed_error(err: BaseException | None) -> bool:
+    """True for torch.distributed / gloo / NCCL failures (anywhere in the chain)."""
+    import torch.distributed as dist
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, getattr(dist, "DistError", ())):
+            return True
+        if isinstance(err, RuntimeError) and any(m in str(err) for m in _DIST_MARKERS):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+class Watchdog:
+    """Heartbeats and peer checks for one rank (see the module docstring)."""
+
+    def __init__(self, store, rank: int, world_size: int, store_host_rank: int | None,
+                 pg_timeout_s: float) -> None:
+        self.store = store
+        self.rank = rank
+        self.world_size = world_size
+        self.store_host_rank = store_host_rank
+        self.pg_timeout_s = pg_timeout_s
+        self.interval_s = _env_float("PARITY_HEARTBEAT_INTERVAL_S", 0.5)
+        self.stale_s = _env_float("PARITY_HEARTBEAT_STALE_S", 15.0)
+        self.grace_s = _env_float("PARITY_WATCHDOG_GRACE_S", 3.0)
+        self.peers = {r: _Peer() for r in range(world_size)}
+        self.lost: tuple[int, str] | None = None
+        self._beats = 0
+        self._state = (False, time.time())
+        self._stop = threading.Event()
+        self._store_lock = threading.Lock()
+        self._reported = threading.Lock()
+        self._done = False
+        self._main_ident = threading.main_thread().ident
+        self._thread = threading.Thread(target=self._loop, name="parity-watchdog", daemon=True)
+
+    # -- store protocol -------------------------------------------------
+    def _key(self, kind: str, rank: int) -> str:
+        return f"{_PREFIX}{kind}/{rank}"
+
+    def register(self) -> None:
+        self.store.set(self._key("who", self.rank), f"{socket.gethostname()}|{os.getpid()}")
+        self.store.set(self._key("exit", self.rank), "")
+        self._beat()
+        keys = [self._key("who", r) for r in range(self.world_size)]
+        self.store.wait(keys, datetime.timedelta(seconds=max(self.pg_timeout_s, 10)))
+        for r, value in zip(range(self.world_size), self.store.multi_get(keys)):
+            host, _, pid = value.decode().partition("|")
+            self.peers[r].host, self.peers[r].pid = host, int(pid)
+            self.peers[r].beat_seen_at = time.monotonic()
+
+    def _beat(self) -> None:
+        self._beats += 1
+        inside = self._main_in_collective()
+        if inside != self._state[0]:
+            self._state = (inside, time.time())
+        value = f"{self._beats}:{int(inside)}:{self._state[1]:.3f}"
+        with self._store_lock:
+            self.store.set(self._key("hb", self.rank), value)
+
+    def _main_in_collective(self) -> bool:
+        frame = sys._current_frames().get(self._main_ident)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if "torch/distributed" in name or "torch\\distributed" in name:
+                return True
+            frame = frame.f_back
+        return False
+
+    def _refresh(self) -> bool:
+        """Read every peer's heartbeat and exit marker; False when the store is gone."""
+        ranks = range(self.world_size)
+        keys = [self._key("hb", r) for r in ranks] + [self._key("exit", r) for r in ranks]
+        try:
+            with self._store_lock:
+                values = self.store.multi_get(keys)
+        except Exception:  # noqa: BLE001 - a dead store is one of the faults we report
+            return False
+        now = time.monotonic()
+        for r in ranks:
+            peer = self.peers[r]
+            beat = values[r].decode()
+            if beat != peer.beat:
+                peer.beat, peer.beat_seen_at = beat, now
+                _, flag, since = (beat.split(":") + ["0", "0"])[:3]
+                peer.in_collective, peer.state_since = flag == "1", float(since or 0)
+            peer.exit = values[self.world_size + r].decode()
+        return True
+
+    # -- diagnosis --------------------------------------------------------
+    def _gone(self, r: int, store_ok: bool) -> str | None:
+        """Why rank r is lost, or None while it looks alive or exited cleanly."""
+        peer = self.peers[r]
+        if peer.exit.startswith("error:"):
+            return f"it failed with {peer.exit[6:]}"
+        if peer.exit:  # ok, peer:R (blames R), failed:... (gave up, blames nobody)
+            return None
+        if peer.host == socket.gethostname() and peer.pid and not _pid_alive(peer.pid):
+            return f"its process (pid {peer.pid} on {peer.host}) ended without finishing"
+        if not store_ok and r == self.store_host_rank:
+            return f"it hosted the job's store, which no longer answers (pid {peer.pid} on {peer.host})"
+        if store_ok and time.monotonic() - peer.beat_seen_at > self.stale_s:
+            return (f"no heartbeat for {self.stale_s:.0f} s (pid {peer.pid} on {peer.host}: "
+                    "killed, frozen or cut off)")
+        return None
+
+    def find_lost(self) -> tuple[int, str] | None:
+        """The root-cause lost rank and why, following ``peer:R`` markers."""
+        store_ok = self._refresh()
+        for r in range(self.world_size):
+            if r == self.rank:
+                continue
+            why = self._gone(r, store_ok)
+            if why:
+                return r, why
+        for r in range(self.world_size):  # a peer gave up: the job cannot go on
+            exit_ = self.peers[r].exit
+            if r == self.rank or exit_ in ("", "ok"):
+                continue
+            if exit_.startswith("peer:"):
+                blamed, _, why = exit_[5:].partition("|")
+                if blamed and int(blamed) != self.rank:
+                    return int(blamed), why or f"rank {r} reported it lost"
+                return r, f"it gave up waiting for this rank ({self.rank}) and exited"
+            return r, f"it stopped after a failed collective ({exit_[7:] or 'see its log'})"
+        return None
+
+    def wait_for_lost(self, within_s: float) -> tuple[int, str] | None:
+        deadline = time.monotonic() + within_s
+        while True:
+            found = self.lost or self.find_lost()
+            if found or time.monotonic() >= deadline:
+                return found
+            time.sleep(min(self.interval_s, 0.2))
+
+    def message(self, lost: tuple[int, str]) -> str:
+        r, why = lost
+        return (f"lost rank {r} of {self.world_size}: {why}. This rank ({self.rank}) stops: "
+                "every collective needs all ranks. Look at rank "
+                f"{r}'s log for the cause; restart the whole job.")
+
+    def stuck_peers(self) -> list[int]:
+        """Peers outside any collective for at least half the process-group timeout."""
+        self._refresh()
+        now = time.time()
+        return [r for r in range(self.world_size)
+                if r != self.rank and not self.peers[r].exit and not self.peers[r].in_collective
+                and now - self.peers[r].state_since >= 0.5 * self.pg_timeout_s]
+
+    def error_for(self, err: BaseException) -> ParityError:
+        """The ParityError that explains a distributed failure seen by this rank."""
+        text = str(err).strip()
+        first_line = text.splitlines()[0] if text else type(err).__name__
+        timed_out = "Timed out" in text or "timed out" in text
+        stuck = self.stuck_peers() if timed_out else []
+        if stuck:
+            names = ", ".join(map(str, stuck))
+            return LostRankError(
+                f"lost rank {names} of {self.world_size}: stuck outside any collective "
+                f"while this rank ({self.rank}) waited the process-group timeout "
+                f"({self.pg_timeout_s:.0f} s). Look at rank {names}'s stack (py-spy dump); "
+                f"restart the whole job. (backend said: {first_line})", stuck[0])
+        # A dead peer on this host shows at once; a vanished one on another
+        # host once its heartbeat is stale.
+        lost = self.wait_for_lost(2 * self.interval_s if timed_out else self.stale_s + 2 * self.interval_s)
+        if lost:
+            return LostRankError(self.message(lost) + f" (backend said: {first_line})", lost[0])
+        if timed_out:
+            return LostRankError(
+                f"a collective timed out after the process-group timeout "
+                f"({self.pg_timeout_s:.0f} s) on rank {self.rank}, and every peer is alive "
+                f"and inside a collective: the ranks disagree on which collective to run "
+                f"(backend said: {first_line})")
+        return ParityError(
+            f"a collective failed on rank {self.rank} and no peer was found lost "
+            f"(backend said: {first_line})")
+
+    # -- exits ----------------------------------------------------------------
+    def mark_exit(self, value: str) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            with self._store_lock:
+                self.store.set(self._key("exit", self.rank), value)
+        except Exception:  # noqa: BLE001 - the store may be the thing that died
+            pass
+
+    def at_exit(self) -> None:
+        self.mark_exit("ok")
+        self._stop.set()
+        if self.rank == self.store_host_rank:
+            # Keep the store up until the others have said goodbye (bounded).
+            deadline = time.monotonic() + _env_float("PARITY_STORE_LINGER_S", 10.0)
+            while time.monotonic() < deadline:
+                if not self._refresh():
+                    break
+                if all(self.peers[r].exit or not _pid_alive(self.peers[r].pid)
+                       for r in range(self.world_size)
+                       if r != self.rank and self.peers[r].host == socket.gethostname()) and all(
+                    self.peers[r].exit for r in range(self.world_size)
+                    if r != self.rank and self.peers[r].host != socket.gethostname()
+                ):
+                    break
+                time.sleep(0.1)
+
+    def _loop(self) -> None:
+        detected_at = None
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._beat()
+            except Exception:  # noqa: BLE001
+                pass
+            if self.lost is None:
+                self.lost = self.find_lost()
+                if self.lost is not None:
+                    detected_at = time.monotonic()
+            elif time.monotonic() - detected_at >= self.grace_s and not self._done:
+                self.terminate(self.lost)
+
+    def terminate(self, lost: tuple[int, str]) -> None:
+        if not self._reported.acquire(blocking=False):
+            return
+        self.mark_exit(f"peer:{lost[0]}|{lost[1]}")
+        sys.stderr.write(f"parity.torch_impl.faults.LostRankError: {self.message(lost)}\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+    def start(self) -> None:
+        self._thread.start()
+
+
+_watchdog: Watchdog | None = None
+
+
+def watchdog() -> Watchdog | None:
+    """The running watchdog of this process, if any."""
+    return _watchdog
+
+
+def check() -> None:
+    """Raise ``LostRankError`` when a peer of this rank has been lost."""
+    if _watchdog is not None:
+        lost = _watchdog.lost or _watchdog.find_lost()
+        if lost:
+            raise LostRankError(_watchdog.message(lost), lost[0])
+
+
+def translate(err: BaseException) -> BaseException:
+    """``err`` as a parity error when it is a distributed failure, else ``err``."""
+    if _watchdog is None or isinstance(err, ParityError) or not is_distributed_error(err):
+        return err
+    new = _watchdog.error_for(err)
+    new.__cause__ = err
+    return new
+
+
+def _excepthook(previous):
+    def hook(exc_type, exc, tb):
+        wd = _watchdog
+        if wd is not None and not wd._done:
+            if is_distributed_error(exc) and not isinstance(exc, ParityError):
+                wd._reported.acquire(blocking=False)  # the watchdog must not cut us short
+                new = wd.error_for(exc)
+                new.__cause__ = exc
+                lost = getattr(new, "rank", None)
+                wd.mark_exit(f"peer:{lost}|" if lost is not None else "failed:")
+                previous(type(new), new, new.__traceback__)
+                return
+            if isinstance(exc, LostRankError) and exc.rank is not None:
+                wd.mark_exit(f"peer:{exc.rank}")
+            else:
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                wd.mark_exit(f"error:{exc_type.__name__}: {first}")
+        previous(exc_type, exc, tb)
+
+    return hook
+
+
+def start(pg_timeout_s: float) -> Watchdog | None:
+    """Start this process's watchdog on the default process group's store.
+
+    Called by ``initialize()``. Does nothing (returns None) when
+    ``PARITY_WATCHDOG=0``, for a world of one, or when the store is not a
+    ``TCPStore``.
+    """
+    global _watchdog
+    import torch.distributed as dist
+
+    if os.environ.get("PARITY_WATCHDOG", "1") == "0" or _watchdog is not None:
+        return _watchdog
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world < 2:
+        return None
+    store = dist.distributed_c10d._get_default_store()
+    while hasattr(store, "underlying_store"):
+        store = store.underlying_store
+    if not isinstance(store, dist.TCPStore):
+        return None
+    client = dist.TCPStore(
+        store.host, store.port, is_master=False,
+        timeout=datetime.timedelta(seconds=_env_float("PARITY_STORE_TIMEOUT_S", 5.0)),
+        wait_for_workers=False,
+    )
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    wd = Watchdog(client, rank, world, None if agent_store else 0, pg_timeout_s)
+    wd.register()
+    _watchdog = wd
+    sys.excepthook = _excepthook(sys.excepthook)
+    atexit.register(wd.at_exit)
+    wd.start()
+    return wd

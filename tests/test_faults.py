@@ -1,0 +1,167 @@
+"""Lost ranks end the job with a parity error that names them.
+
+One real test (marked ``multiprocess``): four plain processes started from
+torchrun-style environment variables (no elastic agent to tear them down),
+one SIGKILLed mid-run; the three others must exit non-zero within 60 s with
+a ``LostRankError`` naming it. The rest checks the watchdog's diagnosis in
+one process, on a ``HashStore``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from parity.errors import ParityError
+from parity.torch_impl import faults
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ranks(script: str, args: list[str], world: int, tmp_path: Path, extra_env=None):
+    port = free_port()
+    procs, logs = [], []
+    for rank in range(world):
+        env = dict(
+            os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **(extra_env or {}),
+        )
+        log = open(tmp_path / f"rank{rank}.log", "w+")
+        logs.append(log)
+        procs.append(subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "multiprocess" / script), *args],
+            env=env, stdout=log, stderr=subprocess.STDOUT))
+    return procs, logs
+
+
+def read(log) -> str:
+    log.flush()
+    log.seek(0)
+    return log.read()
+
+
+@pytest.mark.multiprocess
+def test_killed_rank_ends_the_others_within_60s_naming_it(tmp_path):
+    procs, logs = start_ranks("fault_worker.py", ["kill", "2"], 4, tmp_path)
+    try:
+        deadline = time.monotonic() + 240  # start-up on a busy 2-core machine is slow
+        killed_at = None
+        exited_at: dict[int, float] = {}
+        while time.monotonic() < deadline and len(exited_at) < 4:
+            if killed_at is None and "going down" in read(logs[2]):
+                killed_at = time.monotonic()
+            for rank, proc in enumerate(procs):
+                if rank not in exited_at and proc.poll() is not None:
+                    exited_at[rank] = time.monotonic()
+            time.sleep(0.05)
+        assert killed_at is not None, read(logs[2])
+        for rank in (0, 1, 3):
+            out = read(logs[rank])
+            assert procs[rank].returncode not in (None, 0), out[-3000:]
+            assert rank in exited_at and exited_at[rank] - killed_at < 60, out[-3000:]
+            assert re.search(r"LostRankError: lost rank 2 of 4", out), out[-3000:]
+        assert procs[2].returncode == -9
+        print({r: round(exited_at[r] - killed_at, 2) for r in (0, 1, 3)})
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for log in logs:
+            log.close()
+
+
+# -- the diagnosis, in one process ---------------------------------------
+
+
+@pytest.fixture
+def watchdogs():
+    """Four watchdogs of a pretend 4-rank job sharing one in-memory store."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    dogs = [faults.Watchdog(store, r, 4, 0, pg_timeout_s=30.0) for r in range(4)]
+    for r, dog in enumerate(dogs):
+        store.set(dog._key("who", r), f"{socket.gethostname()}|{os.getpid()}")
+        store.set(dog._key("exit", r), "")
+        dog._beat()
+    for dog in dogs:
+        dog.register()
+    return dogs
+
+
+def test_no_peer_is_lost_while_all_beat(watchdogs):
+    assert watchdogs[0].find_lost() is None
+
+
+def test_a_peer_that_failed_with_its_own_error_is_the_lost_rank(watchdogs):
+    watchdogs[2].mark_exit("error:RuntimeError: boom")
+    rank, why = watchdogs[0].find_lost()
+    assert rank == 2 and "RuntimeError: boom" in why
+
+
+def test_a_dead_process_without_a_clean_exit_is_lost(watchdogs):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    watchdogs[0].peers[3].pid = dead.pid
+    rank, why = watchdogs[0].find_lost()
+    assert rank == 3 and f"pid {dead.pid}" in why
+
+
+def test_a_clean_exit_is_not_a_loss(watchdogs):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    watchdogs[0].peers[3].pid = dead.pid
+    watchdogs[3].mark_exit("ok")
+    assert watchdogs[0].find_lost() is None
+
+
+def test_blame_is_followed_to_the_root_cause(watchdogs):
+    watchdogs[1].mark_exit("peer:2|its process ended")
+    assert watchdogs[0].find_lost() == (2, "its process ended")
+
+
+def test_a_stale_heartbeat_is_lost(watchdogs):
+    dog = watchdogs[0]
+    dog.stale_s = 0.0
+    dog._refresh()
+    dog.peers[1].beat_seen_at -= 1.0
+    rank, why = dog.find_lost()
+    assert "no heartbeat" in why
+
+
+def test_gloo_errors_become_lost_rank_errors(watchdogs):
+    watchdogs[2].mark_exit("error:KeyError: 'x'")
+    gloo = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1")
+    assert faults.is_distributed_error(gloo)
+    err = watchdogs[0].error_for(gloo)
+    assert isinstance(err, faults.LostRankError) and isinstance(err, ParityError)
+    assert err.rank == 2 and "lost rank 2 of 4" in str(err)
+
+
+def test_a_timeout_names_the_rank_stuck_outside_collectives(watchdogs):
+    for r in (0, 1, 2):
+        watchdogs[r]._state = (True, time.time())
+        watchdogs[r]._beat()
+    watchdogs[3]._state = (False, time.time() - 60)
+    watchdogs[3]._beat()
+    err = watchdogs[0].error_for(RuntimeError("[gloo] Timed out waiting 30000ms for recv"))
+    assert err.rank == 3 and "stuck outside any collective" in str(err)
+
+
+def test_other_errors_are_not_distributed_errors():
+    assert not faults.is_distributed_error(ValueError("bad layout"))
+    assert not faults.is_distributed_error(RuntimeError("shape mismatch"))

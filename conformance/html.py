@@ -1,0 +1,44 @@
+"""The HTML report: one self-contained page (inline CSS, JS and data) from
+the jinja2 template ``templates/report.html.j2``.
+
+A matrix of ops against input layouts per mesh, coloured by verdict; filters
+by verdict and op; for each case both placements drawn as a device grid
+(which slice on which device), devices that differ outlined in red.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conformance.compare import VERDICTS
+
+COLOURS = {"match": "#3a9d5d", "both-reject": "#8fbf9f", "values-differ": "#d64545",
+           "placement-differs": "#e8a33d", "grads-differ": "#b565c7",
+           "error-differs": "#d9713a", "missing": "#9a9a9a"}
+
+
+def write_html(comparisons: dict[str, dict], path: str | Path) -> Path:
+    """Write the page for one or more comparisons (one tab each)."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]))
+    data = {}
+    for name, comp in comparisons.items():
+        data[name] = {
+            "summary": comp["summary"], "total": comp["total"],
+            "chosen": comp["chosen_placement_notes"],
+            "reference": comp["reference"], "candidate": comp["candidate"],
+            "cases": [{k: c.get(k) for k in ("id", "op", "verdict", "reason", "notes", "mesh",
+                                               "inputs", "kwargs", "grad", "reference", "candidate")}
+                      for c in comp["cases"]],
+        }
+    html = env.get_template("report.html.j2").render(
+        data_json=json.dumps(data, separators=(",", ":")).replace("</", "<\\/"),
+        verdicts=VERDICTS, colours=COLOURS, columns=list(comparisons))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(html, encoding="utf-8")
+    return path

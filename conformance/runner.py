@@ -1,0 +1,214 @@
+"""``parity run``: run cases on one backend and write its semantics report.
+
+The cases run in a worker process (``conformance.worker``); this process
+only feeds it and watches. A case that takes longer than the time limit, or
+a worker that dies (segfault, abort, out of memory), is recorded as an error
+of category ``other`` (type ``Timeout`` / ``Crash``), the worker is
+restarted, and the run goes on with the next case. Every finished case is
+flushed to the report journal at once (see ``report``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from conformance.cases import Case
+from conformance.catalogue import tolerance
+from conformance.report import ReportWriter, make_header
+
+READY_TIMEOUT_S = 300.0
+
+
+class WorkerGone(Exception):
+    pass
+
+
+class Worker:
+    """One worker process for one backend and device count."""
+
+    def __init__(self, backend: str, raw: bool, devices: int, device: str, log) -> None:
+        cmd = [sys.executable, "-m", "conformance.worker", "--backend", backend,
+               "--devices", str(devices), "--device", device] + (["--raw"] if raw else [])
+        env = dict(os.environ)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env.setdefault("OMP_NUM_THREADS", "1")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=log, env=env, start_new_session=True)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self.proc.stdout, selectors.EVENT_READ)
+        self._buf = b""
+        ready = self.read(READY_TIMEOUT_S)
+        if ready is None or not ready.get("ready"):
+            self.kill()
+            raise WorkerGone(f"worker did not start: {ready!r}")
+        self.facts = ready.get("facts", {})
+
+    def read(self, timeout: float) -> dict | None:
+        """The next result line; ``None`` on timeout; ``WorkerGone`` on exit."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if not self._sel.select(left):
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                code = self.proc.wait()
+                raise WorkerGone(f"worker exited with status {code}"
+                                 + (f" (signal {-code})" if code < 0 else ""))
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def send(self, case: dict) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(case) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as err:
+            raise WorkerGone(f"worker gone: {err}") from None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except Exception:  # noqa: BLE001 - a stuck worker is killed
+            self.kill()
+
+
+def _failure(case: Case, kind: str, message: str, device: str) -> dict[str, Any]:
+    from conformance.catalogue import get_op
+
+    return {"status": "error", "outputs": [], "grads": [],
+            "error": {"category": "other", "type": kind, "message": message},
+            "tolerance": tolerance(get_op(case.op).tol, device)}
+
+
+def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool = False,
+              device: str = "cpu", timeout: float = 60.0, progress: bool = True,
+              on_case: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Run ``cases`` on ``backend`` and write the report ``out``.
+
+    Returns a summary ``{"cases", "ok", "error", "seconds", "report"}``.
+    Raises ``RuntimeError`` when the worker cannot start at all.
+    """
+    column = "jax" if backend == "jax" else ("torch-raw" if raw else "torch")
+    mode = "multiprocess" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "simulated"
+    header = make_header(backend, column, device, mode, timeout_s=timeout,
+                         case_count=len(cases))
+    writer = ReportWriter(out, header)
+    log_path = Path(str(out) + ".log")
+    log = open(log_path, "w")
+    started = time.monotonic()
+    counts = {"ok": 0, "error": 0}
+    interrupted = False
+    worker: Worker | None = None
+
+    def on_term(signum, frame):  # SIGTERM: finish the report like Ctrl-C
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    bar = _progress(progress, len(cases), column)
+    try:
+        groups = itertools.groupby(cases, key=lambda c: c.devices)
+        for devices, group in groups:
+            worker = None
+            for case in group:
+                if worker is None:
+                    worker = Worker(backend, raw, devices, device, log)
+                    if not writer.header.get("semantics"):
+                        facts = dict(worker.facts)
+                        facts["versions"] = {**header["versions"], **facts.get("versions", {})}
+                        writer.update_header(**facts)
+                t0 = time.monotonic()
+                try:
+                    worker.send(case.to_json())
+                    result = worker.read(timeout)
+                    if result is None:
+                        worker.kill()
+                        worker = None
+                        result = _failure(case, "Timeout",
+                                          f"case exceeded the {timeout:g} s time limit; worker "
+                                          "killed and restarted", device)
+                except WorkerGone as gone:
+                    worker = None
+                    result = _failure(case, "Crash", f"{gone}; worker restarted (see "
+                                      f"{log_path.name})", device)
+                    result["seconds"] = round(time.monotonic() - t0, 4)
+                result.pop("id", None)
+                entry = {**_case_fields(case), **result}
+                entry.setdefault("seconds", round(time.monotonic() - t0, 4))
+                writer.add(entry)
+                counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+                if on_case:
+                    on_case(entry)
+                bar.advance(entry)
+            if worker is not None:
+                worker.close()
+                worker = None
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        if worker is not None:
+            worker.kill()
+        bar.stop()
+        log.close()
+        seconds = round(time.monotonic() - started, 2)
+        path = writer.close(interrupted=interrupted, seconds=seconds)
+    return {"cases": writer.count, **counts, "seconds": seconds, "report": str(path),
+            "interrupted": interrupted}
+
+
+def _case_fields(case: Case) -> dict[str, Any]:
+    data = case.to_json()
+    return {"id": data["id"], "op": data["op"], "mesh": data["mesh"],
+            "inputs": data["inputs"], "kwargs": data["kwargs"], "grad": data["grad"]}
+
+
+class _progress:
+    """A rich progress bar on a terminal; nothing otherwise."""
+
+    def __init__(self, enabled: bool, total: int, column: str) -> None:
+        self.bar = None
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        console = Console(stderr=True)
+        self.bar = Progress(TextColumn(f"[bold]{column:9}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[errors]} errors"), TimeElapsedColumn(),
+                            TimeRemainingColumn(), TextColumn("{task.fields[last]}"),
+                            console=console, transient=False)
+        self.task = self.bar.add_task(column, total=total, errors=0, last="")
+        self.errors = 0
+        self.bar.start()
+
+    def advance(self, entry: dict) -> None:
+        if self.bar is None:
+            return
+        self.errors += entry["status"] != "ok"
+        self.bar.update(self.task, advance=1, errors=self.errors, last=entry["id"][:50])
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,113 @@
+"""``parity conformance``: the catalogue on JAX, torch (parity) and torch
+``--raw``, each in its own ``parity run`` process (run side by side), then
+both torch columns compared against JAX; ``reports/`` gets the JSON reports,
+the comparisons (JSON, Markdown, one HTML page) and a summary table.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+COLUMNS = {  # name -> (report file, parity run arguments)
+    "jax": ("jax.json", ["--backend", "jax"]),
+    "torch": ("torch.json", ["--backend", "torch"]),
+    "torch-raw": ("torch-raw.json", ["--backend", "torch", "--raw"]),
+}
+
+
+def _selection_args(args) -> list[str]:
+    out = []
+    if args.cases:
+        out += ["--cases", *args.cases]
+    if args.mesh:
+        out += ["--mesh", args.mesh]
+    for op in args.op:
+        out += ["--op", op]
+    if args.pattern:
+        out += ["-k", args.pattern]
+    if args.limit:
+        out += ["--limit", str(args.limit)]
+    out += ["--timeout", str(args.timeout)]
+    return out
+
+
+def _journal_count(path: Path) -> int:
+    partial = Path(str(path) + ".partial")
+    try:
+        if partial.exists():
+            with open(partial, "rb") as f:
+                return max(0, sum(1 for _ in f) - 1)
+        if path.exists():
+            return -1  # finished
+    except OSError:
+        pass
+    return 0
+
+
+def run_suite(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from conformance.cli import load_selected_cases, print_summary, write_comparison
+    from conformance.compare import compare_reports
+    from conformance.report import load_report
+
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    total = len(load_selected_cases(args))
+    console = Console(stderr=True)
+    started = time.monotonic()
+    procs = {}
+    for name, (fname, extra) in COLUMNS.items():
+        path = out_dir / fname
+        path.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "conformance.cli", "run", *extra, "--out", str(path),
+               "--quiet", *_selection_args(args)]
+        procs[name] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True), path)
+    with Progress(TextColumn("[bold]{task.description:10}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=False,
+                  disable=not console.is_terminal) as bar:
+        tasks = {name: bar.add_task(name, total=total) for name in procs}
+        while any(p.poll() is None for p, _ in procs.values()):
+            for name, (proc, path) in procs.items():
+                n = _journal_count(path)
+                bar.update(tasks[name], completed=total if n < 0 or proc.poll() is not None else n)
+            time.sleep(0.5)
+        for name in procs:
+            bar.update(tasks[name], completed=total)
+    failed = False
+    for name, (proc, path) in procs.items():
+        output = proc.stdout.read().strip()
+        console.print(f"[bold]{name}[/]: {output.splitlines()[-1] if output else ''}")
+        if proc.returncode != 0:
+            failed = True
+            console.print(f"[red]parity run for {name} exited with {proc.returncode}[/]\n{output[-3000:]}")
+    wall = time.monotonic() - started
+    if failed and not all(Path(str(p) + ".partial").exists() or p.exists() for _, p in procs.values()):
+        return 2
+    ref = load_report(out_dir / COLUMNS["jax"][0])
+    comparisons = {}
+    for name, label in (("torch-raw", "raw DTensor"), ("torch", "parity")):
+        comparison = compare_reports(ref, load_report(out_dir / COLUMNS[name][0]))
+        stem = "raw-vs-jax" if name == "torch-raw" else "parity-vs-jax"
+        write_comparison(comparison, out_dir / f"{stem}.json", out_dir / f"{stem}.md",
+                         title=f"{label} against JAX")
+        comparisons[label] = comparison
+    from conformance.html import write_html
+
+    write_html(comparisons, out_dir / "report.html")
+    summary = {"wall_seconds": round(wall, 1), "cases": total,
+               "columns": {k: v["summary"] for k, v in comparisons.items()},
+               "chosen_placement_notes": {k: v["chosen_placement_notes"] for k, v in comparisons.items()}}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    print_summary(comparisons)
+    Console().print(f"{total} cases per column; wall time {wall:.0f} s; reports in {out_dir}/ "
+                    f"(report.html, parity-vs-jax.md, raw-vs-jax.md)")
+    if args.strict and not comparisons["parity"]["ok"]:
+        return 1
+    return 1 if failed else 0

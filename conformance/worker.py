@@ -1,0 +1,64 @@
+"""The worker: one backend, one process; a case per stdin line, a result per
+stdout line. ``runner`` watches it (time limit, crashes) and restarts it.
+
+    python -m conformance.worker --backend jax|torch [--raw] --devices 8 [--device cpu]
+
+The first line out is ``{"ready": true, "facts": {...}}`` (header facts).
+Anything the backends print goes to stderr, so stdout carries only results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="conformance.worker")
+    parser.add_argument("--backend", choices=("jax", "torch"), required=True)
+    parser.add_argument("--raw", action="store_true")
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+
+    results = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # stray prints from the backends go to stderr
+    sys.stdout = sys.stderr
+
+    if args.backend == "jax":
+        from conformance import run_jax
+
+        facts = run_jax.setup(args.devices, args.device)
+        runner = run_jax.JaxRunner(args.devices, args.device)
+        stack = None
+    else:
+        from conformance import run_torch
+
+        stack, facts = run_torch.setup(args.devices, args.device, raw=args.raw)
+        runner = run_torch.TorchRunner(args.devices, args.device, raw=args.raw)
+    # Test hooks: make one case hang or crash the worker, to prove the watchdog.
+    hang_on = os.environ.get("PARITY_CONFORMANCE_HANG_ON")
+    crash_on = os.environ.get("PARITY_CONFORMANCE_CRASH_ON")
+    results.write(json.dumps({"ready": True, "facts": facts}) + "\n")
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            case = json.loads(line)
+            if case["id"] == hang_on:
+                time.sleep(3600)
+            if case["id"] == crash_on:
+                os.abort()
+            entry = runner.run(case)
+            results.write(json.dumps({"id": case["id"], **entry}, separators=(",", ":")) + "\n")
+    finally:
+        if stack is not None:
+            stack.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Case files: parsing, validation errors that name the field, values."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conformance.cases import CaseFileError, load_case_file, parse_cases
+from conformance.values import decode, draw, encode, host_values
+
+GOOD = {"cases": [
+    {"id": "matmul/contract-model", "op": "matmul",
+     "mesh": {"shape": [2, 4], "axis_names": ["data", "model"]},
+     "inputs": [{"shape": [8, 12], "dtype": "float32", "layout": ["data", "model"]},
+                {"shape": [12, 6], "dtype": "float32", "layout": ["model", None]}],
+     "kwargs": {}, "grad": False}]}
+
+
+def _with(path, value):
+    data = json.loads(json.dumps(GOOD))
+    target = data["cases"][0]
+    *head, last = path
+    for key in head:
+        target = target[key]
+    if value is KeyError:
+        del target[last]
+    else:
+        target[last] = value
+    return data
+
+
+def test_spec_example_parses():
+    (case,) = parse_cases(GOOD)
+    assert case.op == "matmul" and case.mesh_shape == (2, 4)
+    assert case.inputs[0].spec == (("data",), ("model",))
+    assert case.inputs[1].spec == (("model",), ())
+    assert case.to_json()["inputs"][1]["layout"] == ["model", None]
+
+
+def test_case_file_extensions_host_scalar_values_and_tuple_entries():
+    data = {"cases": [{"id": "x", "op": "add", "mesh": {"shape": [2, 4], "axis_names": ["d", "m"]},
+                       "inputs": [{"shape": [8, 4], "dtype": "float32", "layout": [["d", "m"], None]},
+                                  {"scalar": 2.5}]},
+                      {"id": "y", "op": "add", "mesh": {"shape": [8]},
+                       "inputs": [{"values": [[1.0, 2.0]], "layout": [None, None]},
+                                  {"shape": [1, 2], "dtype": "float32", "layout": None}]}]}
+    x, y = parse_cases(data)
+    assert x.inputs[0].spec == (("d", "m"), ()) and x.inputs[1].kind == "scalar"
+    assert y.axis_names == ("x",) and y.inputs[0].shape == (1, 2) and y.inputs[1].kind == "host"
+    assert host_values(y.to_json())[0].tolist() == [[1.0, 2.0]]
+
+
+@pytest.mark.parametrize("path,value,field", [
+    (("op",), "nope", "cases[0].op"),
+    (("id",), KeyError, "cases[0].id"),
+    (("mesh",), {"shape": [2, 0]}, "cases[0].mesh.shape"),
+    (("mesh", "axis_names"), ["a"], "cases[0].mesh.axis_names"),
+    (("inputs",), [], "cases[0].inputs"),
+    (("inputs", 0, "layout"), ["data"], "cases[0].inputs[0].layout"),
+    (("inputs", 0, "layout"), ["data", "nope"], "cases[0].inputs[0].layout[1]"),
+    (("inputs", 0, "layout"), ["data", "data"], "cases[0].inputs[0].layout[1]"),
+    (("inputs", 1, "layout"), KeyError, "cases[0].inputs[1].layout"),
+    (("inputs", 1, "dtype"), "float64", "cases[0].inputs[1].dtype"),
+    (("inputs", 1, "shape"), "12x6", "cases[0].inputs[1].shape"),
+    (("inputs", 1, "colour"), 1, "cases[0].inputs[1].colour"),
+    (("grad",), "yes", "cases[0].grad"),
+    (("kwargs",), [], "cases[0].kwargs"),
+    (("wat",), 1, "cases[0].wat"),
+])
+def test_bad_case_files_raise_an_error_naming_the_field(path, value, field):
+    with pytest.raises(CaseFileError) as err:
+        parse_cases(_with(path, value))
+    assert str(err.value).startswith(field + ":"), str(err.value)
+
+
+def test_repeated_ids_and_bad_json_are_named(tmp_path):
+    data = {"cases": GOOD["cases"] * 2}
+    with pytest.raises(CaseFileError, match=r"cases\[1\]\.id"):
+        parse_cases(data)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(CaseFileError, match="bad.json: not valid JSON"):
+        load_case_file(bad)
+    with pytest.raises(CaseFileError, match="no such case file"):
+        load_case_file(tmp_path / "missing.json")
+
+
+def test_values_are_drawn_from_the_case_id_and_respect_dtype_and_domain():
+    a = draw("case/1", 0, (4, 3), "float32")
+    assert a.dtype == np.float32 and np.array_equal(a, draw("case/1", 0, (4, 3), "float32"))
+    assert not np.array_equal(a, draw("case/2", 0, (4, 3), "float32"))
+    assert (draw("c", 0, (50,), "float32", "positive") > 0).all()
+    ids = draw("c", 1, (50,), "int32", "index:7")
+    assert ids.dtype == np.int32 and ids.min() >= 0 and ids.max() < 7
+    assert draw("c", 2, (5,), "bool", "bool").dtype == np.bool_
+
+
+@pytest.mark.parametrize("array", [np.arange(6, dtype=np.float32).reshape(2, 3),
+                                   np.array(3, dtype=np.int32), np.array([True, False]),
+                                   np.zeros((0, 4), np.float32)])
+def test_value_encoding_is_exact(array):
+    text = encode(array)
+    back = decode(text)
+    assert back.dtype == array.dtype and back.shape == array.shape
+    assert np.array_equal(back, array)
+    with pytest.raises(ValueError, match="malformed"):
+        decode("nope")

@@ -1,0 +1,109 @@
+"""A case file written by someone else runs through `parity run` on both
+backends and `parity compare`, with SPEC's verdicts (a handful of cases)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conformance.compare import VERDICTS
+from conformance.report import load_report
+
+MESH = {"shape": [2, 4], "axis_names": ["data", "model"]}
+USER_CASES = {"cases": [
+    {"id": "matmul/contract-model", "op": "matmul", "mesh": MESH,
+     "inputs": [{"shape": [8, 12], "dtype": "float32", "layout": ["data", "model"]},
+                {"shape": [12, 8], "dtype": "float32", "layout": ["model", None]}],
+     "kwargs": {}, "grad": False},
+    {"id": "add/rows", "op": "add", "mesh": MESH,
+     "inputs": [{"shape": [8, 4], "dtype": "float32", "layout": ["data", None]},
+                {"shape": [8, 4], "dtype": "float32", "layout": ["data", None]}],
+     "grad": True},
+    {"id": "exp/indivisible", "op": "exp", "mesh": MESH,
+     "inputs": [{"shape": [6, 4], "dtype": "float32", "layout": ["model", None]}]},
+    {"id": "sum/explicit-values", "op": "sum", "mesh": {"shape": [8], "axis_names": ["x"]},
+     "inputs": [{"values": [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0],
+                            [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]],
+                 "dtype": "float32", "layout": ["x", None]}],
+     "kwargs": {"axis": 0, "keepdims": False}},
+    {"id": "all_reduce/model", "op": "all_reduce", "mesh": MESH,
+     "inputs": [{"shape": [8, 8], "dtype": "float32", "layout": ["data", "model"]}],
+     "kwargs": {"op": "sum", "axis_name": "model"}},
+    {"id": "distribute/reshard", "op": "distribute_tensor", "mesh": MESH,
+     "inputs": [{"shape": [8, 8], "dtype": "float32", "layout": ["data", None]}],
+     "kwargs": {"target": [None, ["model", "data"]]}},
+]}
+
+
+def parity(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", *args],
+                          capture_output=True, text=True, timeout=400)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    d = tmp_path_factory.mktemp("e2e")
+    cases = d / "user_cases.json"
+    cases.write_text(json.dumps(USER_CASES))
+    for name, extra in (("jax", ["--backend", "jax"]), ("torch", ["--backend", "torch"]),
+                        ("raw", ["--backend", "torch", "--raw"])):
+        parity("run", *extra, "--cases", str(cases), "--out", str(d / f"{name}.json"))
+    return d
+
+
+def test_only_the_file_cases_run_and_reports_record_versions_device_mode(reports):
+    for name in ("jax", "torch", "raw"):
+        report = load_report(reports / f"{name}.json")
+        assert [c["id"] for c in report["cases"]] == [c["id"] for c in USER_CASES["cases"]]
+        assert report["device"] == "cpu" and report["mode"] == "simulated"
+        assert report["versions"]["parity"] and report["versions"]["numpy"]
+        assert report["semantics"]
+    jax_report = load_report(reports / "jax.json")
+    assert jax_report["versions"]["jax"]
+    by_id = {c["id"]: c for c in jax_report["cases"]}
+    assert by_id["exp/indivisible"]["error"]["category"] == "indivisible"
+    assert by_id["add/rows"]["outputs"][0]["rule"] == "typed"
+    assert by_id["add/rows"]["outputs"][0]["spec"] == [["data"], []]
+    assert len(by_id["add/rows"]["grads"]) == 2
+    assert by_id["matmul/contract-model"]["outputs"][0]["rule"] == "chosen"
+    assert by_id["all_reduce/model"]["outputs"][0]["shape"] == [8, 2]
+
+
+def test_compare_gives_spec_verdicts(reports):
+    proc = parity("compare", str(reports / "jax.json"), str(reports / "torch.json"),
+                  "--json", str(reports / "c.json"), "--md", str(reports / "c.md"), check=False)
+    assert proc.returncode in (0, 1)
+    comp = json.loads((reports / "c.json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in comp["cases"]}
+    assert set(verdicts.values()) <= set(VERDICTS)
+    assert verdicts["exp/indivisible"] == "both-reject"
+    assert verdicts["sum/explicit-values"] == "match"
+    assert verdicts["distribute/reshard"] == "match"
+    assert verdicts["all_reduce/model"] == "match"
+    assert proc.returncode == (0 if comp["ok"] else 1)
+
+
+def test_raw_dtensor_shows_what_it_gets_wrong(reports):
+    parity("compare", str(reports / "jax.json"), str(reports / "raw.json"),
+           "--json", str(reports / "raw.json.cmp"), check=False)
+    comp = json.loads((reports / "raw.json.cmp").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in comp["cases"]}
+    # Plain DTensor splits the indivisible dim unevenly instead of refusing it,
+    # and has no shard_map-style all_reduce.
+    assert verdicts["exp/indivisible"] == "error-differs"
+    assert verdicts["all_reduce/model"] == "error-differs"
+
+
+def test_cuda_run_skips_cleanly_without_a_gpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present; the skip path does not apply")
+    proc = parity("run", "--backend", "torch", "--device", "cuda", "--op", "neg",
+                  "--out", str(tmp_path / "r.json"))
+    assert "no CUDA device" in proc.stdout and not (tmp_path / "r.json").exists()

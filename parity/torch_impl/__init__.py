@@ -35,6 +35,7 @@ from parity.torch_impl.runtime import (
     to_parity_mesh,
     to_torch_mesh,
 )
+from parity.torch_impl.semantics import jax_semantics
 
 __all__ = [
     "all_gather",
@@ -46,6 +47,7 @@ __all__ = [
     "distribute_variable",
     "get_device_count",
     "initialize",
+    "jax_semantics",
     "list_devices",
     "local_block",
     "num_processes",

@@ -187,6 +187,8 @@ def describe(x: Any) -> Placement:
     ``ParityError`` for a tensor that is not distributed.
     """
     x = _require_dtensor(x, "describe")
+    if getattr(x, "_parity_deferred", False):  # pending on purpose: jax_semantics(defer=True)
+        x = resolve_pending(x)
     mesh = runtime.to_parity_mesh(x.device_mesh)
     spec, pending = spec_of(x)
     layout = TensorLayout.from_spec(spec, mesh)

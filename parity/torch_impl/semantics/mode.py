@@ -1,0 +1,235 @@
+"""``jax_semantics()``: the scope, and the ``TorchFunctionMode`` that runs
+every op with a DTensor operand the way JAX would.
+
+Why a function mode: DTensor's dispatch runs in C++ below autograd, so the
+only place to act *above* autograd -- where a reshard is recorded and gets a
+mirror collective in backward -- is ``__torch_function__``. Per op:
+
+1. find the operands' mesh (two meshes: ``ShardingError``) and replicate
+   plain tensors and numpy arrays on it (``operands``);
+2. look up JAX's rule (``rules``): reshard operands with DTensor's
+   differentiable ``redistribute`` so the op itself needs no communication;
+   a leaf that requires grad always goes through ``redistribute`` so its
+   gradient comes back with its own placement;
+3. run the op, then complete pending reductions (``pending``) and lay each
+   output out as JAX's rule says.
+
+Scoping: torch keeps its function-mode stack per thread, so the mode and the
+scope's state are per thread too. Entering ``jax_semantics()`` pushes one
+mode on this thread's stack if none of ours is there, else only pushes the
+options; leaving pops them and removes the mode with the last one. The same
+object may be entered again (re-entrant), nested with other options, and
+used from several threads at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from parity.torch_impl.semantics import operands, pending, rules
+from parity.torch_impl.semantics import specs as S
+
+# Names handled by torch itself: metadata, autograd plumbing, conversions
+# that never compute on values.
+_PASSTHROUGH = frozenset(
+    """__get__ __set__ size dim ndimension stride numel nelement is_contiguous data_ptr
+    __len__ __repr__ __format__ __hash__ __reduce_ex__ __deepcopy__ __setstate__
+    requires_grad_ retain_grad register_hook register_post_accumulate_grad_hook backward
+    element_size is_floating_point is_complex get_device storage_offset untyped_storage
+    _is_view __dlpack__ __iter__ __contains__ device type dtype is_leaf
+    detach_ set_ share_memory_ pin_memory __torch_function__""".split()
+)
+# Ops that look at values: a pending reduction must be completed first.
+_OBSERVERS = frozenset("item tolist __bool__ __int__ __float__ numpy full_tensor".split())
+
+
+class _State(threading.local):
+    def __init__(self) -> None:
+        self.options: list[dict] = []
+        self.mode: _JaxSemanticsMode | None = None
+
+
+_state = _State()
+
+
+def active() -> bool:
+    """Whether this thread is inside ``jax_semantics()``."""
+    return bool(_state.options)
+
+
+def current_options() -> dict | None:
+    return _state.options[-1] if _state.options else None
+
+
+class JaxSemantics:
+    """The context returned by ``jax_semantics()``; see there."""
+
+    def __init__(self, defer: bool = False) -> None:
+        self.defer = bool(defer)
+
+    def __enter__(self) -> "JaxSemantics":
+        _state.options.append({"defer": self.defer})
+        if _state.mode is None:
+            mode = _JaxSemanticsMode()
+            mode.__enter__()
+            _state.mode = mode
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not _state.options:
+            return
+        _state.options.pop()
+        if not _state.options and _state.mode is not None:
+            mode, _state.mode = _state.mode, None
+            mode.__exit__(None, None, None)
+
+    def __call__(self, fn):
+        """Use as a decorator: ``fn`` runs under these semantics."""
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with JaxSemantics(self.defer):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    def __repr__(self) -> str:
+        return f"jax_semantics(defer={self.defer})"
+
+
+def jax_semantics(defer: bool = False) -> JaxSemantics:
+    """A scope in which DTensor programs have JAX's semantics.
+
+    ```python
+    with torch_impl.simulate(8), torch_impl.jax_semantics():
+        w = torch_impl.distribute_variable(np.ones((16, 8)), TensorLayout((None, "model"), mesh))
+        y = torch.relu(x_host @ w - 1.0)        # host array: replicated input
+        s = y.sum(0)                            # no Partial: reduced, spec ("model",)
+        s.sum().backward()                      # w.grad has w's placement
+    ```
+
+    * plain tensors, numpy arrays and scalars meeting a DTensor are
+      replicated on its mesh; DTensors on two meshes raise
+      ``parity.ShardingError``;
+    * every op's output has the spec JAX's explicit-mode rule gives (see
+      ``parity.torch_impl.semantics.rules``) and no pending reduction; where
+      JAX calls an op ambiguous, the reduction is completed and a result
+      returned;
+    * reshards happen above autograd, and every leaf's gradient has the
+      leaf's placement.
+
+    ``defer=True`` keeps a pending sum through linear ops (add, scalar mul,
+    sum, reshapes, a matmul with a replicated operand) and completes it before
+    any other op, ``describe``, ``to_numpy``, ``.item()`` and ``to_local()``.
+
+    Nestable (the innermost options win), re-entrant, and per thread.
+    """
+    return JaxSemantics(defer)
+
+
+class _JaxSemanticsMode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", None)
+        if name in _PASSTHROUGH:
+            return func(*args, **kwargs)
+        try:
+            mesh = operands.find_mesh(args, kwargs)
+        except Exception:
+            raise
+        if mesh is None:
+            return func(*args, **kwargs)
+        return _run(func, name or "", args, kwargs, mesh)
+
+
+def _run(func, name: str, args: tuple, kwargs: dict, mesh) -> Any:
+    options = current_options() or {"defer": False}
+    defer = options["defer"]
+    if name == "__array_wrap__":
+        return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
+    if operands.needs_promotion(args, kwargs):
+        args, kwargs = operands.promote(args, kwargs, mesh)
+    if name == "__array__":
+        # np.asarray(x), and numpy's side of ``x * ndarray`` (torch's operator
+        # gives up on an ndarray before any __torch_function__): the global
+        # array, as np.asarray does on a jax.Array.
+        from parity.torch_impl.distribute import to_numpy
+
+        array = to_numpy(args[0])
+        dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
+        return array if dtype is None else array.astype(dtype)
+    if name in _OBSERVERS:
+        args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
+        return func(*args, **kwargs)
+    plan = rules.plan_for(name, args, kwargs, mesh)
+    keep_partial = defer and plan is not None and plan.linear
+    grad = torch.is_grad_enabled()
+    targets = plan.inputs if plan is not None else {}
+
+    def prepare(loc, t: DTensor) -> DTensor:
+        spec = targets.get(loc)
+        partial = S.has_partial(t)
+        if partial and not keep_partial:
+            t = pending.complete(t)
+            partial = False
+        guard = grad and t.requires_grad and t.grad_fn is None
+        if spec is None or partial:
+            return S.redistribute_to(t, S.spec_of(t), guard=True) if guard else t
+        return S.redistribute_to(t, spec, guard=guard)
+
+    args, kwargs = _map_dtensors(args, kwargs, prepare)
+    out = func(*args, **kwargs)
+    return _finish(out, plan, keep_partial)
+
+
+def _map_dtensors(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
+    def one(loc, value):
+        if isinstance(value, DTensor):
+            return fn(loc, value)
+        if isinstance(value, (list, tuple)) and any(isinstance(v, DTensor) for v in value):
+            return type(value)(
+                fn(loc + (j,), v) if isinstance(v, DTensor) else v for j, v in enumerate(value)
+            )
+        return value
+
+    return (
+        tuple(one(("a", i), a) for i, a in enumerate(args)),
+        {k: one(("k", k), v) for k, v in kwargs.items()},
+    )
+
+
+def _finish(out: Any, plan, keep_partial: bool) -> Any:
+    if isinstance(out, DTensor) and not S.has_partial(out) and plan is None:
+        return out
+    leaves, tree = tree_flatten(out)
+    tensors = [i for i, leaf in enumerate(leaves) if isinstance(leaf, DTensor)]
+    if not tensors:
+        return out
+    wanted = None
+    if plan is not None and plan.outputs is not None:
+        outs = [leaves[i] for i in tensors]
+        wanted = plan.outputs(outs) if callable(plan.outputs) else plan.outputs
+    changed = False
+    for k, i in enumerate(tensors):
+        t = leaves[i]
+        spec = wanted[k] if wanted is not None and k < len(wanted) else None
+        if keep_partial and S.has_partial(t):
+            leaves[i] = pending.mark_deferred(t)
+            changed = True
+            continue
+        if spec is None or len(spec) != t.ndim:
+            if S.has_partial(t):
+                leaves[i] = pending.complete(t)
+                changed = True
+            continue
+        if S.placements_for(spec, t.device_mesh) != tuple(t.placements):
+            leaves[i] = S.redistribute_to(t, spec)
+            changed = True
+    return tree_unflatten(leaves, tree) if changed else out

@@ -1,0 +1,133 @@
+"""Mixed operands: what JAX does with host data that meets a sharded array.
+
+JAX treats host arrays, Python scalars and uncommitted arrays as replicated
+inputs. DTensor refuses them (``aten.sub.Tensor: got mixed torch.Tensor and
+DTensor``). ``promote`` turns every plain tensor and numpy array among an
+op's arguments into a DTensor replicated on the mesh of the DTensors it
+meets; Python scalars stay scalars (DTensor already treats them as
+constants). DTensors on two different meshes raise ``ShardingError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.distributed.tensor import DTensor, Replicate
+
+from parity.errors import ShardingError
+from parity.torch_impl import runtime
+from parity.torch_impl.tensors import as_host_tensor
+
+_SEQ = (list, tuple)
+
+
+def find_mesh(args: tuple, kwargs: dict) -> Any:
+    """The torch ``DeviceMesh`` shared by every DTensor among the arguments
+    (one level into lists and tuples), or ``None`` when there is no DTensor.
+
+    Raises ``ShardingError`` when two DTensors live on different meshes.
+    """
+    mesh = None
+    for value in _operands(args, kwargs):
+        if isinstance(value, DTensor):
+            other = value.device_mesh
+            if mesh is None:
+                mesh = other
+            elif other is not mesh and other != mesh:
+                raise ShardingError(
+                    "Operands live on different device meshes: "
+                    f"{_describe_mesh(mesh)} and {_describe_mesh(other)}. JAX "
+                    "refuses this too; move one with distribute_tensor onto the "
+                    "other's mesh (via to_numpy when the devices differ)."
+                )
+    return mesh
+
+
+def _describe_mesh(mesh) -> str:
+    names = mesh.mesh_dim_names
+    return f"mesh(shape={tuple(mesh.shape)}, axes={names}, ranks={mesh.mesh.flatten().tolist()})"
+
+
+def _operands(args: tuple, kwargs: dict):
+    for value in args:
+        if isinstance(value, _SEQ):
+            yield from value
+        else:
+            yield value
+    for value in kwargs.values():
+        if isinstance(value, _SEQ):
+            yield from value
+        else:
+            yield value
+
+
+def needs_promotion(args: tuple, kwargs: dict) -> bool:
+    for value in _operands(args, kwargs):
+        if isinstance(value, np.ndarray) or (
+            isinstance(value, torch.Tensor) and not isinstance(value, DTensor)
+        ):
+            return True
+    return False
+
+
+def replicate(value: Any, mesh) -> DTensor:
+    """A plain tensor or numpy array as a DTensor replicated on ``mesh``.
+
+    Differentiable: a plain tensor that requires grad gets the full gradient
+    (every rank's contribution reduced), as JAX gives a replicated input.
+    """
+    tensor = value if isinstance(value, torch.Tensor) else as_host_tensor(value)
+    device = runtime.torch_device() if runtime.mode() != "plain" else tensor.device
+    if tensor.device != device:
+        tensor = tensor.to(device)
+    return DTensor.from_local(
+        tensor, mesh, [Replicate()] * mesh.ndim, run_check=False,
+        shape=tensor.shape, stride=tensor.stride(),
+    )
+
+
+def _promote_one(value: Any, mesh) -> Any:
+    if isinstance(value, DTensor):
+        return value
+    if isinstance(value, torch.Tensor) or isinstance(value, np.ndarray):
+        return replicate(value, mesh)
+    if isinstance(value, _SEQ) and any(
+        isinstance(v, (torch.Tensor, np.ndarray)) and not isinstance(v, DTensor) for v in value
+    ):
+        return type(value)(_promote_one(v, mesh) for v in value)
+    return value
+
+
+def promote(args: tuple, kwargs: dict, mesh) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` with plain tensors and numpy arrays replicated on ``mesh``."""
+    return (
+        tuple(_promote_one(a, mesh) for a in args),
+        {k: _promote_one(v, mesh) for k, v in kwargs.items()},
+    )
+
+
+def wrap_numpy_result(like: DTensor, array: Any) -> DTensor:
+    """numpy's result of ``x * ndarray`` back on ``x``'s mesh.
+
+    torch's operators give up on an ndarray operand before any
+    ``__torch_function__``; numpy then computes on the global value
+    (``__array__``) and hands the result to ``__array_wrap__``. It comes back
+    as a DTensor laid out like ``like`` (JAX's broadcasting rule for a host
+    operand), replicated where the shapes differ. Not differentiable: numpy
+    computed it.
+    """
+    from parity.torch_impl import distribute
+    from parity.torch_impl.semantics import specs as S
+
+    host = as_host_tensor(np.asarray(array))
+    mesh = like.device_mesh
+    spec = S.spec_of(like) if tuple(host.shape) == tuple(like.shape) else ((),) * host.ndim
+    sizes = S.axis_sizes(mesh)
+    spec = S.fit_to_shape(spec, tuple(host.shape), sizes)
+    from parity.layout import TensorLayout
+    from parity.torch_impl import runtime as rt
+
+    layout = TensorLayout.from_spec(spec, rt.to_parity_mesh(mesh))
+    return distribute.distribute_tensor(host, layout)

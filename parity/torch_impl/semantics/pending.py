@@ -1,0 +1,81 @@
+"""Pending reductions (DTensor ``Partial``): completed before anyone sees them.
+
+In JAX a pending reduction is never observable. DTensor leaves one after a
+sum over a sharded dim or a contraction of sharded dims, and ``to_local()``,
+``max`` or ``norm`` on it give per-rank garbage. Without ``defer`` every
+op's result is completed at once (reduce-scatter straight into a sharded
+output spec, all-reduce otherwise). With ``defer`` a pending sum may flow
+through linear ops (add/sub of alike pending values, scalar mul/div, neg,
+sum/mean, reshapes, a contraction with a replicated operand) and is
+completed at the first op that is not linear, and by ``describe``,
+``to_numpy``, ``.item()`` and ``to_local()``.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch.distributed.tensor import DTensor, Partial, Replicate
+
+from parity.torch_impl.semantics import specs as S
+
+# Deferred tensors carry this attribute; describe/to_local look for it.
+DEFERRED_ATTR = "_parity_deferred"
+_deferred: "weakref.WeakSet[DTensor]" = weakref.WeakSet()
+
+
+def complete(x: DTensor) -> DTensor:
+    """``x`` with every pending reduction completed (replicated on that axis)."""
+    if not S.has_partial(x):
+        return x
+    return x.redistribute(
+        x.device_mesh, [Replicate() if isinstance(p, Partial) else p for p in x.placements]
+    )
+
+
+def mark_deferred(x: DTensor) -> DTensor:
+    """Remember that ``x`` is pending on purpose (``defer``)."""
+    try:
+        setattr(x, DEFERRED_ATTR, True)
+    except (AttributeError, RuntimeError):  # pragma: no cover - exotic subclasses
+        pass
+    _deferred.add(x)
+    _install_to_local_hook()
+    return x
+
+
+def is_deferred(x) -> bool:
+    return isinstance(x, DTensor) and getattr(x, DEFERRED_ATTR, False) and S.has_partial(x)
+
+
+_hook_installed = False
+
+
+def _install_to_local_hook() -> None:
+    """``to_local()`` is a plain method (no ``__torch_function__``); wrap it
+    once so a *deferred* tensor is completed first. Every other DTensor
+    behaves exactly as before."""
+    global _hook_installed
+    if _hook_installed:
+        return
+    original = DTensor.to_local
+
+    def to_local(self, *args, **kwargs):
+        if getattr(self, DEFERRED_ATTR, False) and S.has_partial(self):
+            self = complete(self)
+        return original(self, *args, **kwargs)
+
+    to_local.__wrapped__ = original  # type: ignore[attr-defined]
+    to_local.__doc__ = original.__doc__
+    DTensor.to_local = to_local  # type: ignore[method-assign]
+    _hook_installed = True
+
+
+def resolve_deferred(x):
+    """``x`` completed when it is a deferred pending value, else ``x``."""
+    return complete(x) if is_deferred(x) else x
+
+
+def no_grad_enabled() -> bool:
+    return not torch.is_grad_enabled()

@@ -1,0 +1,114 @@
+"""Specs of DTensors, cached: the per-op bookkeeping must stay cheap.
+
+A spec is JAX's ``PartitionSpec`` as parity writes it: one tuple of mesh-axis
+names per tensor dim, ``()`` for replicated. ``spec_and_pending(x)`` reads it
+from a DTensor; ``placements_for(spec, mesh)`` gives the DTensor placements
+back (strided shards included, see ``parity.torch_impl.placements``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+from torch.distributed.tensor import DTensor, Partial, Replicate
+
+from parity.layout import Spec
+from parity.torch_impl.placements import to_placements, to_spec
+
+
+def mesh_names(mesh) -> tuple[str, ...]:
+    names = mesh.mesh_dim_names
+    return tuple(names) if names else tuple(f"dim{i}" for i in range(mesh.ndim))
+
+
+@functools.lru_cache(maxsize=8192)
+def _to_spec(placements, ndim, mesh_shape, names):
+    return to_spec(placements, ndim, mesh_shape, names)
+
+
+@functools.lru_cache(maxsize=8192)
+def _to_placements(spec, mesh_shape, names):
+    return to_placements(spec, mesh_shape, names)
+
+
+def spec_and_pending(x: DTensor) -> tuple[Spec, tuple[str, ...]]:
+    """``(spec, pending_axes)`` of a DTensor."""
+    mesh = x.device_mesh
+    return _to_spec(tuple(x.placements), x.ndim, tuple(mesh.shape), mesh_names(mesh))
+
+
+def spec_of(x: DTensor) -> Spec:
+    return spec_and_pending(x)[0]
+
+
+def placements_for(spec: Spec, mesh) -> tuple:
+    """DTensor placements of ``spec`` on a torch ``DeviceMesh``."""
+    return _to_placements(tuple(tuple(n) for n in spec), tuple(mesh.shape), mesh_names(mesh))
+
+
+def has_partial(x: DTensor) -> bool:
+    return any(isinstance(p, Partial) for p in x.placements)
+
+
+def axis_sizes(mesh) -> dict[str, int]:
+    return dict(zip(mesh_names(mesh), mesh.shape))
+
+
+def shard_count(names: Sequence[str], sizes: dict[str, int]) -> int:
+    return math.prod(sizes[n] for n in names)
+
+
+def fit_to_shape(spec: Spec, shape: Sequence[int], sizes: dict[str, int]) -> Spec:
+    """``spec`` with the names dropped from dims they do not divide evenly
+    (JAX refuses uneven shards; a replicated dim is the safe choice)."""
+    out = []
+    for names, size in zip(spec, shape):
+        kept: tuple[str, ...] = ()
+        for n in names:
+            if size % shard_count(kept + (n,), sizes) == 0:
+                kept = kept + (n,)
+            else:
+                break
+        out.append(kept)
+    return tuple(out)
+
+
+def dedupe(spec: Spec, used: Sequence[str] = ()) -> Spec:
+    """``spec`` with each mesh axis kept only at its first use (JAX forbids
+    an axis on two dims)."""
+    seen = set(used)
+    out = []
+    for names in spec:
+        kept = tuple(n for n in names if n not in seen)
+        seen.update(kept)
+        out.append(kept)
+    return tuple(out)
+
+
+def replicate_dims(spec: Spec, dims) -> Spec:
+    dims = set(dims)
+    return tuple(() if d in dims else names for d, names in enumerate(spec))
+
+
+def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
+    """``x`` laid out as ``spec`` through DTensor's differentiable
+    ``redistribute`` (so autograd records it and backward runs the mirror
+    collective). Pending reductions are completed on the way.
+
+    ``guard`` redistributes even when nothing moves: the autograd node then
+    brings the gradient back to ``x``'s own placement.
+    """
+    mesh = x.device_mesh
+    target = placements_for(spec, mesh)
+    current = tuple(x.placements)
+    if current == target:
+        return x.redistribute(mesh, target) if guard else x
+    if any(isinstance(p, Partial) for p in current):
+        # Partial -> strided shard is not implemented by DTensor: reduce first.
+        if any(isinstance(p, Partial) and not isinstance(t, (Replicate,)) and
+               type(t).__name__ == "_StridedShard" for p, t in zip(current, target)):
+            x = x.redistribute(mesh, [Replicate() if isinstance(p, Partial) else p
+                                      for p in current])
+    return x.redistribute(mesh, target)

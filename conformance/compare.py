@@ -49,6 +49,8 @@ def compare_values(ref: dict, cand: dict, what: str, rtol: float, atol: float,
         notes.append(f"{what}: dtype {b.dtype} vs reference {a.dtype} (JAX x64 off); values compared")
     if a.size == 0:
         return None
+    if a.ndim == 0:  # index arithmetic below wants at least one dim
+        a, b = a.reshape(1), b.reshape(1)
     if a.dtype.kind in "biu" or (rtol == 0 and atol == 0):
         bad = a != b if a.dtype.kind in "biu" else ~((a == b) | (np.isnan(a) & np.isnan(b)))
         if bad.any():

@@ -127,3 +127,10 @@ def test_parity_compare_exit_status_and_outputs(tmp_path, capsys):
     assert main(["compare", str(ref), str(bad)]) == 1
     assert main(["compare", str(ref), str(tmp_path / "none.json")]) == 2
     assert "no such report" in capsys.readouterr().err
+
+
+def test_zero_dim_outputs_compare():
+    ref = entry(outputs=[output(np.array(1.0, np.float32), spec=(), shards={"0": []})])
+    cand = entry(outputs=[output(np.array(2.0, np.float32), spec=(), shards={"0": []})])
+    v = verdict_of(ref, cand)
+    assert v["verdict"] == "values-differ" and "!= reference 1" in v["reason"]

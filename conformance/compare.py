@@ -56,7 +56,7 @@ def compare_values(ref: dict, cand: dict, what: str, rtol: float, atol: float,
         if bad.any():
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             return (f"{what}: {int(bad.sum())} of {a.size} elements differ (exact); first at "
-                    f"index {idx}: {b[idx]!r} != reference {a[idx]!r}")
+                    f"index {idx}: {b[idx].item()!r} != reference {a[idx].item()!r}")
         return None
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     close = np.isclose(b64, a64, rtol=rtol, atol=atol, equal_nan=True)

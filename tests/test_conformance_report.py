@@ -86,9 +86,30 @@ def test_killing_the_run_keeps_the_finished_cases(tmp_path):
                 break
             time.sleep(0.2)
         time.sleep(0.5)
+        workers = _children(proc.pid)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # parent and worker, no clean-up
+        os.killpg(proc.pid, signal.SIGKILL)  # the runner, no clean-up
         proc.wait()
     report = load_report(tmp_path / "r.json")
     assert report["interrupted"] is True
     assert [c["id"] for c in report["cases"]] == [f"neg/{i}" for i in range(4)]
+    # The worker (hung on neg/4) notices its runner is gone and exits.
+    assert workers
+    deadline = time.monotonic() + 15
+    while any(os.path.exists(f"/proc/{w}") for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(os.path.exists(f"/proc/{w}") for w in workers)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry))
+    return out

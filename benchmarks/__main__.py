@@ -1,0 +1,134 @@
+"""``python -m benchmarks [--quick] [--out benchmarks/results.json] [--only FAMILY ...]``
+
+Runs every benchmark family, prints one table and writes the figures as
+JSON. Each figure is parity's time (or bytes) against the raw library's,
+measured in the same run: median of repeated samples, warm-up excluded.
+``--quick`` is the smoke test's size: only what runs in this process
+(memory on simulated ranks, the CUDA check) unless ``--only`` names more
+families, which then run on 2 ranks with one small buffer: seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from benchmarks.common import Row, human_bytes, human_seconds, machine
+
+FAMILIES = ("collectives", "ops", "memory", "keras", "conformance", "cuda")
+
+FULL = {
+    "world": 4, "sizes": [4 << 10, 256 << 10, 4 << 20, 64 << 20], "repeats": 5,
+    "op_iters": 20, "keras_steps": 10, "keras_timeout_s": 240, "conformance_cases": 40,
+}
+QUICK = {
+    "world": 2, "sizes": [4 << 10], "repeats": 2, "op_iters": 2, "keras_steps": 2,
+    "keras_timeout_s": 120, "conformance_cases": 4,
+}
+QUICK_SKIPS = ("collectives", "ops", "keras", "conformance")
+
+
+def _gloo_rows(cfg: dict, families: set[str]) -> list[Row]:
+    from benchmarks import gloo_job
+
+    wanted = [f for f in ("collectives", "ops", "memory") if f in families]
+    if not wanted:
+        return []
+    print(f"gloo job ({cfg['world']} ranks): {wanted}", flush=True)
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the CPU job is gloo even on a GPU machine
+    try:
+        return gloo_job.run(dict(cfg, families=wanted))
+    except Exception as err:  # noqa: BLE001 - a failed job is a row, not a crash
+        return [Row(f, "(gloo job)", status=f"error: {type(err).__name__}: {err}"[:300])
+                for f in wanted]
+    finally:
+        if hidden is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = hidden
+
+
+def collect(cfg: dict, families: set[str], quick: bool, explicit: set[str] = frozenset()) -> list[Row]:
+    rows: list[Row] = []
+    started = time.perf_counter()
+    if quick:
+        for name in QUICK_SKIPS:
+            if name in families and name not in explicit:
+                rows.append(Row(name, "(all)", status="skipped: --quick"))
+                families = families - {name}
+    if families & {"collectives", "ops", "memory"}:
+        rows += _gloo_rows(cfg, families - ({"memory"} if quick else set()))
+    if "memory" in families:
+        from benchmarks import memory
+
+        rows += memory.simulated(cfg)
+    for name in ("keras", "conformance"):
+        if name not in families:
+            continue
+        print(f"{name} ... ({time.perf_counter() - started:.0f} s so far)", flush=True)
+        if name == "keras":
+            from benchmarks import keras_step
+
+            rows += keras_step.run(cfg)
+        else:
+            from benchmarks import conformance_rate
+
+            rows += conformance_rate.run(cfg)
+    if "cuda" in families:
+        from benchmarks import cuda
+
+        rows += cuda.run(cfg, quick)
+    return rows
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return ""
+    return human_bytes(value) if unit == "B" else human_seconds(value)
+
+
+def print_table(rows: list[Row], info: dict, seconds: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"parity benchmarks ({info['cpu']}, {info.get('affinity_cpus', info['cpu_count'])} "
+                        f"CPUs, torch {info['torch']}; {seconds:.0f} s)")
+    for col in ("family", "case", "parity", "raw", "ratio", "goal", "verdict / status", "note"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        ratio = f"{r.ratio:.3f}x" if r.ratio is not None else ""
+        goal = f"<= {r.goal:.2f}x" if r.goal else ""
+        verdict = r.verdict if r.status == "ok" else r.status
+        style = "red" if verdict.startswith(("missed", "error")) else None
+        table.add_row(r.family, r.case, _fmt(r.parity, r.unit), _fmt(r.raw, r.unit), ratio, goal,
+                      verdict, r.note, style=style)
+    Console(width=max(160, Console().width)).print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smoke-test size: seconds")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results.json"))
+    p.add_argument("--only", nargs="*", choices=FAMILIES, help="run only these families")
+    args = p.parse_args(argv)
+    cfg = dict(QUICK if args.quick else FULL)
+    families = set(args.only or FAMILIES)
+    started = time.perf_counter()
+    rows = collect(cfg, families, args.quick, set(args.only or ()))
+    seconds = time.perf_counter() - started
+    info = machine()
+    print_table(rows, info, seconds)
+    out = {"schema": "parity.benchmarks/1", "quick": args.quick, "machine": info, "config": cfg,
+           "seconds": round(seconds, 1), "rows": [r.as_json() for r in rows]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

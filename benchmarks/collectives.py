@@ -1,0 +1,61 @@
+"""parity's all_reduce / all_gather / reduce_scatter against the raw
+``torch.distributed`` collective on the same buffers, over the gloo ranks of
+``gloo_job`` (goal: at most 1.05x).
+
+Sizes are each rank's block. The raw calls are what a user of
+``torch.distributed`` writes: in place for all_reduce, preallocated outputs
+for ``all_gather_single`` / ``reduce_scatter_single``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from benchmarks.common import Row, human_bytes, median, timed_pairs
+from benchmarks.gloo_job import rank_max
+
+GOAL = 1.05
+
+
+def iterations(size: int) -> int:
+    """Calls per sample: enough to lift a sample above timer noise, few enough
+    that 4 ranks on 2 shared cores finish the family in a few minutes."""
+    return 20 if size <= (64 << 10) else 10 if size <= (1 << 20) else 3 if size <= (16 << 20) else 1
+
+
+def on_rank(cfg: dict) -> list[Row]:
+    import parity
+    from parity import torch_impl as ti
+
+    from parity.torch_impl import runtime
+
+    device = runtime.torch_device()
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    world = dist.get_world_size()
+    mesh = parity.DeviceMesh((world,), ("x",))
+    layout = parity.TensorLayout(("x",), mesh)
+    rows = []
+    for size in cfg["sizes"]:
+        n = size // 4
+        x = ti.distribute_data_input(torch.zeros(n), layout)  # this rank's block: n floats
+        buf = x.to_local()
+        gathered = torch.empty(n * world, device=device)
+        scattered = torch.empty(n // world, device=device)
+        cases = {
+            "all_reduce": (lambda: ti.all_reduce(x, "sum", axis_name="x"),
+                           lambda: dist.all_reduce(buf)),
+            "all_gather": (lambda: ti.all_gather(x, 0, "x"),
+                           lambda: dist.all_gather_single(gathered, buf)),
+            "reduce_scatter": (lambda: ti.reduce_scatter(x, 0, "x"),
+                               lambda: dist.reduce_scatter_single(scattered, buf)),
+        }
+        repeats = cfg["repeats"] if size < (16 << 20) else 3
+        for name, (mine, raw) in cases.items():
+            p, r = timed_pairs(mine, raw, iters=iterations(size), repeats=repeats,
+                               before=dist.barrier, sync=sync)
+            p_med, r_med = rank_max([median(p), median(r)])
+            rows.append(Row("collectives", f"{name} {human_bytes(size)}/rank x{world} {dist.get_backend()}",
+                            p_med, r_med, goal=GOAL,
+                            note=f"{iterations(size)} calls x {repeats} samples"))
+    return rows

@@ -1,0 +1,143 @@
+"""Rows, timing and the machine description shared by every benchmark family."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+@dataclasses.dataclass
+class Row:
+    """One line of the table: parity's figure against the raw one."""
+
+    family: str
+    case: str
+    parity: float | None = None  # seconds (or bytes, see unit)
+    raw: float | None = None
+    unit: str = "s"
+    goal: float | None = None  # the ratio parity/raw must not exceed
+    status: str = "ok"  # ok | not available: ... | skipped: ... | error: ...
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.parity is None or not self.raw:
+            return None
+        return self.parity / self.raw
+
+    @property
+    def verdict(self) -> str:
+        if self.status != "ok" or self.ratio is None:
+            return ""
+        if self.goal is None:
+            return "info"
+        return "met" if self.ratio <= self.goal else f"missed by {self.ratio / self.goal - 1:.1%}"
+
+    def as_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["ratio"] = self.ratio
+        out["verdict"] = self.verdict
+        return out
+
+
+def unavailable(family: str, case: str, why: str) -> Row:
+    return Row(family, case, status=f"not available: {why}")
+
+
+def timed_pairs(parity_fn: Callable[[], Any], raw_fn: Callable[[], Any], *, iters: int,
+                repeats: int, warmup: int = 1, before: Callable[[], None] | None = None,
+                sync: Callable[[], None] | None = None,
+                parity_context: Callable[[], Any] | None = None) -> tuple[list[float], list[float]]:
+    """Per-call seconds of ``parity_fn`` and ``raw_fn``, ``repeats`` samples each.
+
+    The two alternate (ABAB...) so that drift on a shared machine hits both
+    alike; ``warmup`` rounds are run first and dropped. ``before`` runs
+    untimed ahead of each sample (a barrier across ranks), ``sync`` inside
+    the timed region after the calls (e.g. ``torch.cuda.synchronize``).
+    ``parity_context`` (a context manager factory) is entered around each
+    parity sample, outside the timer.
+    """
+    import contextlib
+
+    samples: dict[int, list[float]] = {0: [], 1: []}
+    for round_ in range(warmup + repeats):
+        for which, fn in enumerate((parity_fn, raw_fn)):
+            scope = parity_context() if (parity_context and which == 0) else contextlib.nullcontext()
+            with scope:
+                if before:
+                    before()
+                start = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                if sync:
+                    sync()
+                elapsed = (time.perf_counter() - start) / iters
+            if round_ >= warmup:
+                samples[which].append(elapsed)
+    return samples[0], samples[1]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def machine() -> dict[str, Any]:
+    """What the figures came from."""
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "cpu": _cpu_name(),
+    }
+    try:
+        info["affinity_cpus"] = len(os.sched_getaffinity(0))
+    except AttributeError:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+        info["cuda_devices"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        info["torch"] = None
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in ("jax", "keras"):
+        try:
+            info[name] = version(name)  # without importing it
+        except PackageNotFoundError:
+            info[name] = None
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}".replace(".0 ", " ")
+        n /= 1024
+    return f"{n} B"
+
+
+def human_seconds(s: float) -> str:
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} us"

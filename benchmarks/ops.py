@@ -1,0 +1,86 @@
+"""Per-op cost of ``jax_semantics()`` against plain DTensor, on the gloo
+ranks of ``gloo_job`` (mesh (N/2, 2), ``data`` x ``model``).
+
+Two kinds of op: those that need no extra communication under either
+(elementwise on equal layouts, matmul whose contracting dims are
+replicated: goal at most 1.10x), and those where JAX's rule adds one
+(contracting dims sharded, reductions over a sharded dim: DTensor leaves a
+pending ``Partial`` and communicates later or never, JAX completes the
+reduction at once, so the ratio includes that collective: reported, no goal).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from benchmarks.common import Row, median, timed_pairs, unavailable
+from benchmarks.gloo_job import rank_max
+
+GOAL = 1.10
+N = 256
+
+
+def semantics_scope():
+    """``parity.torch_impl.jax_semantics`` or the reason it is missing."""
+    try:
+        from parity import torch_impl
+
+        scope = getattr(torch_impl, "jax_semantics", None)
+    except Exception as err:  # noqa: BLE001 - a half-landed module
+        return None, f"importing parity.torch_impl failed: {err}"
+    if scope is None:
+        return None, "parity.torch_impl.jax_semantics does not exist yet"
+    return scope, ""
+
+
+def cases(ti, mesh):
+    import parity
+
+    def put(axes, shape=(N, N), seed=0):
+        host = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+        return ti.distribute_tensor(host, parity.TensorLayout(axes, mesh))
+
+    a, b = put(("data", "model"), seed=1), put(("data", "model"), seed=2)
+    rows_sharded, cols_sharded = put(("data", None), seed=3), put((None, "model"), seed=4)
+    contract_l, contract_r = put(("data", "model"), seed=5), put(("model", None), seed=6)
+    return {
+        # no communication under either
+        "add, equal layouts": (lambda: a + b, GOAL),
+        "relu(a * b), equal layouts": (lambda: torch.relu(a * b), GOAL),
+        "matmul (data,None)@(None,model)": (lambda: rows_sharded @ cols_sharded, GOAL),
+        # JAX completes a reduction DTensor leaves pending
+        "matmul (data,model)@(model,None)": (lambda: contract_l @ contract_r, None),
+        "sum over a sharded dim": (lambda: a.sum(dim=1), None),
+    }
+
+
+def on_rank(cfg: dict) -> list[Row]:
+    from parity import torch_impl as ti
+
+    import parity
+
+    scope, why = semantics_scope()
+    world = dist.get_world_size()
+    mesh = parity.DeviceMesh((world // 2, 2), ("data", "model"))
+    ops = cases(ti, mesh)
+    label = f"{N}x{N} f32, {world} gloo ranks"
+    if scope is None:
+        return [unavailable("jax_semantics", f"{name} ({label})", why) for name in ops]
+    rows = []
+    for name, (fn, goal) in ops.items():
+        try:
+            with scope():
+                fn()
+        except Exception as err:  # noqa: BLE001 - report, keep going
+            rows.append(Row("jax_semantics", f"{name} ({label})",
+                            status=f"error: {type(err).__name__}: {err}"[:200]))
+            dist.barrier()
+            continue
+        p, r = timed_pairs(fn, fn, iters=cfg["op_iters"], repeats=cfg["repeats"],
+                           before=dist.barrier, parity_context=scope)
+        p_med, r_med = rank_max([median(p), median(r)])
+        rows.append(Row("jax_semantics", f"{name} ({label})", p_med, r_med, goal=goal,
+                        note="vs plain DTensor" + ("" if goal else "; JAX adds a collective")))
+    return rows

@@ -1,0 +1,36 @@
+"""``python -m benchmarks --quick`` prints the table and writes the JSON (no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+# benchmarks/ is not an installed package: it runs from the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def test_quick_benchmarks_print_a_table_and_write_json(tmp_path, capsys):
+    from benchmarks.__main__ import main
+
+    out = tmp_path / "results.json"
+    assert main(["--quick", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "parity benchmarks" in printed and "memory" in printed
+    data = json.loads(out.read_text())
+    assert data["schema"] == "parity.benchmarks/1" and data["quick"] is True
+    assert data["machine"]["torch"]
+    families = {row["family"] for row in data["rows"]}
+    assert {"memory", "collectives", "keras", "conformance", "cuda"} <= families
+    for row in data["rows"]:
+        # a figure, or a row that says why there is none
+        assert (row["ratio"] is not None) or row["status"] != "ok", row
+
+
+def test_unavailable_pieces_are_rows_not_figures():
+    from benchmarks.common import Row, unavailable
+
+    row = unavailable("keras", "step", "parity.torch_impl.install_keras does not exist yet")
+    assert row.status.startswith("not available: ") and row.ratio is None and row.verdict == ""
+    assert Row("x", "y", 1.2, 1.0, goal=1.1).verdict == "missed by 9.1%"
+    assert Row("x", "y", 1.0, 1.0, goal=1.05).verdict == "met"

@@ -154,3 +154,43 @@ KNOWN = {  # found by this fuzzer; strict: an xpass means the fix landed, drop t
                           "non-string argument instead of LayoutError (reported, issue 6)")
 def test_known_non_parity_errors(name):
     only_parity_errors(KNOWN[name])
+
+
+# -- case files ----------------------------------------------------------------
+
+JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-3, 20), st.floats(allow_nan=False),
+                      st.sampled_from(["matmul", "add", "all_reduce", "data", "model", "float32",
+                                       "int8", "x", "", "2x4"]))
+JSON = st.recursive(JSON_LEAF, lambda kids: st.one_of(st.lists(kids, max_size=4),
+                                                      st.dictionaries(st.text(max_size=6), kids, max_size=4)),
+                    max_leaves=20)
+
+
+def _case_like():
+    layout = st.lists(st.one_of(st.none(), st.sampled_from(["data", "model", "x", "zz"]),
+                                st.lists(st.sampled_from(["data", "model"]), max_size=2), JSON_LEAF),
+                      max_size=3)
+    inp = st.fixed_dictionaries(
+        {"shape": st.one_of(st.lists(st.integers(-1, 9), max_size=3), JSON),
+         "dtype": st.one_of(st.sampled_from(["float32", "int32", "bfloat16", "float9"]), JSON_LEAF),
+         "layout": st.one_of(layout, JSON)},
+        optional={"values": JSON})
+    return st.fixed_dictionaries(
+        {"id": st.one_of(st.text(max_size=6), JSON_LEAF),
+         "op": st.one_of(st.sampled_from(["matmul", "add", "all_reduce", "all_gather",
+                                          "reduce_scatter", "distribute_tensor", "nope"]), JSON_LEAF),
+         "mesh": st.one_of(st.fixed_dictionaries({"shape": st.lists(st.integers(0, 4), max_size=3),
+                                                  "axis_names": st.lists(st.sampled_from(
+                                                      ["data", "model", "x", "a"]), max_size=3)}), JSON),
+         "inputs": st.one_of(st.lists(inp, max_size=3), JSON)},
+        optional={"kwargs": JSON, "grad": JSON_LEAF})
+
+
+@SETTINGS
+@given(data=st.one_of(JSON, st.fixed_dictionaries({"cases": st.lists(_case_like(), max_size=3)})))
+def test_case_file_fuzz_gives_only_case_file_or_parity_errors(data):
+    cases = pytest.importorskip("conformance.cases")
+    try:
+        cases.parse_cases(data)
+    except (cases.CaseFileError, parity.ParityError):
+        pass

@@ -6,13 +6,16 @@ Never imports jax.
   (the header says ``"semantics": "jax_semantics"``; otherwise ``"none"`` and
   the op runs on plain DTensor), outputs read by ``describe`` / ``to_numpy``.
 * raw (``--raw``): what a user gets from DTensor alone. Inputs by
-  ``torch.distributed.tensor.distribute_tensor`` with the placements of
-  ``torch_impl.to_placements`` (a minor-major multi-axis dim needs DTensor's
-  own ``_StridedShard``; without it plain DTensor cannot express that layout
-  at all), plain torch calls, outputs read from the DTensor's placements
-  (``Partial`` -> ``pending``), values by ``full_tensor()``. Indivisible dims
-  split unevenly without an error, as DTensor does. SPEC's collectives have
-  no DTensor equivalent: the raw column reports them ``unsupported``.
+  ``torch.distributed.tensor.distribute_tensor`` with public placements only:
+  ``Shard(d)`` on every mesh axis of dim ``d``, ``Replicate()`` elsewhere.
+  Public DTensor applies mesh dims in mesh order, so a dim over several axes
+  written minor-major (``("model", "data")`` on a ``("data", "model")`` mesh)
+  lands as ``("data", "model")``: a placement difference, as a user would
+  get it (only the private ``_StridedShard`` expresses the other order).
+  Plain torch calls, outputs read from the DTensor's placements (``Partial``
+  -> ``pending``), values by ``full_tensor()``. Indivisible dims split
+  unevenly without an error, as DTensor does. SPEC's collectives have no
+  DTensor equivalent: the raw column reports them ``unsupported``.
 
 Outputs carry ``"rule": null``.
 """
@@ -82,8 +85,7 @@ class TorchRunner:
             return self.ti.distribute_tensor(host, self.layout(entries, mesh))
         from torch.distributed.tensor import distribute_tensor
 
-        layout = self.layout(entries, mesh)
-        placements = self.ti.to_placements(layout.spec, mesh.shape, mesh.axis_names)
+        placements = raw_placements(self.layout(entries, mesh))
         tensor = torch.from_numpy(np.ascontiguousarray(host)).to(self.ti.runtime.torch_device())
         return distribute_tensor(tensor, self.ti.to_torch_mesh(mesh), placements)
 
@@ -168,6 +170,19 @@ class TorchRunner:
         return full.detach().cpu().numpy()
 
 
+def raw_placements(layout) -> list:
+    """Public DTensor placements for a layout: ``Shard(d)`` on each mesh axis
+    that splits dim ``d`` (applied in mesh order), ``Replicate()`` elsewhere."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    mesh = layout.require_mesh()
+    placements = [Replicate() for _ in mesh.axis_names]
+    for dim, names in enumerate(layout.spec):
+        for name in names:
+            placements[mesh.axis_index(name)] = Shard(dim)
+    return placements
+
+
 class _RawApi:
     """SPEC's API functions as plain DTensor offers them (``--raw``)."""
 
@@ -175,8 +190,7 @@ class _RawApi:
         self.r = runner
 
     def _placements(self, layout):
-        mesh = layout.require_mesh()
-        return self.r.ti.to_placements(layout.spec, mesh.shape, mesh.axis_names)
+        return raw_placements(layout)
 
     def distribute_tensor(self, x, layout):
         from torch.distributed.tensor import DTensor, distribute_tensor

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import resource
 import selectors
 import signal
 import subprocess
@@ -172,7 +173,9 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
         bar.stop()
         log.close()
         seconds = round(time.monotonic() - started, 2)
-        path = writer.close(interrupted=interrupted, seconds=seconds)
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # finished workers
+        path = writer.close(interrupted=interrupted, seconds=seconds,
+                            worker_cpu_seconds=round(usage.ru_utime + usage.ru_stime, 1))
     return {"cases": writer.count, **counts, "seconds": seconds, "report": str(path),
             "interrupted": interrupted}
 

@@ -101,12 +101,14 @@ def run_suite(args) -> int:
     from conformance.html import write_html
 
     write_html(comparisons, out_dir / "report.html")
-    summary = {"wall_seconds": round(wall, 1), "cases": total,
+    cpu = {name: load_report(path).get("worker_cpu_seconds") for name, (_, path) in procs.items()}
+    summary = {"wall_seconds": round(wall, 1), "cases": total, "worker_cpu_seconds": cpu,
                "columns": {k: v["summary"] for k, v in comparisons.items()},
                "chosen_placement_notes": {k: v["chosen_placement_notes"] for k, v in comparisons.items()}}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     print_summary(comparisons)
-    Console().print(f"{total} cases per column; wall time {wall:.0f} s; reports in {out_dir}/ "
+    Console().print(f"{total} cases per column; wall time {wall:.0f} s (worker CPU s: "
+                    + ", ".join(f"{k} {v}" for k, v in cpu.items()) + f"); reports in {out_dir}/ "
                     f"(report.html, parity-vs-jax.md, raw-vs-jax.md)")
     if args.strict and not comparisons["parity"]["ok"]:
         return 1

@@ -46,6 +46,8 @@ _PASSTHROUGH = frozenset(
     detach_ set_ share_memory_ pin_memory __torch_function__""".split()
 )
 # Ops that look at values: a pending reduction must be completed first.
+# DTensor's messages when it has no sharding strategy for an op's placements.
+_NO_STRATEGY = ("_StridedShard", "redistribute the input", "Please redistribute", "unevenly sharded")
 _OBSERVERS = frozenset("item tolist __bool__ __int__ __float__ numpy full_tensor".split())
 
 
@@ -185,7 +187,17 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh) -> Any:
         return S.redistribute_to(t, spec, guard=guard)
 
     args, kwargs = _map_dtensors(args, kwargs, prepare)
-    out = func(*args, **kwargs)
+    try:
+        out = func(*args, **kwargs)
+    except (NotImplementedError, RuntimeError) as err:
+        if not any(k in str(err) for k in _NO_STRATEGY):
+            raise
+        # DTensor has no strategy for these placements (a strided shard, a
+        # view of a sharded dim): gather the operands above autograd, run,
+        # and lay the result out as JAX's rule says below.
+        args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: S.redistribute_to(
+            t, ((),) * t.ndim))
+        out = func(*args, **kwargs)
     return _finish(out, plan, keep_partial)
 
 
@@ -225,8 +237,8 @@ def _finish(out: Any, plan, keep_partial: bool) -> Any:
             changed = True
             continue
         if spec is None or len(spec) != t.ndim:
-            if S.has_partial(t):
-                leaves[i] = pending.complete(t)
+            if S.has_partial(t) or not S.describable(t):
+                leaves[i] = pending.complete(S.without_strided(t))
                 changed = True
             continue
         if S.placements_for(spec, t.device_mesh) != tuple(t.placements):

@@ -329,12 +329,14 @@ def _contract(call: Call, operands, letters, out_letters) -> Plan:
     used: set[str] = set()
     assign: dict[str, tuple[str, ...]] = {}
 
-    def pick(letter: str) -> tuple[str, ...]:
+    def pick(letter: str, batch: bool = False) -> tuple[str, ...]:
         nonlocal chosen
         options = [n for n in per_letter.get(letter, []) if n]
         if len({o for o in options}) > 1:
             chosen = True
         names = options[0] if options else ()
+        if batch:  # dot_general: the batch spec is the lhs's
+            names = per_letter[letter][0]
         kept = tuple(n for n in names if n not in used)
         if kept != names:
             chosen = True
@@ -343,7 +345,7 @@ def _contract(call: Call, operands, letters, out_letters) -> Plan:
         return kept
 
     for letter in out_letters:
-        assign[letter] = pick(letter)
+        assign[letter] = pick(letter, batch=len(per_letter.get(letter, [])) > 1)
     shared = [l for l in per_letter if l not in assign and len(per_letter[l]) > 1]
     for letter in shared:
         sharded = [n for n in per_letter[letter] if n]
@@ -483,7 +485,10 @@ def reshape(call: Call) -> Plan | None:
             result.append(None if new is None else S.fit_to_shape(new, o.shape, sizes))
         return result
 
-    return Plan({}, outputs, linear=True)
+    # DTensor's view rules mishandle strided shards: gather those dims first.
+    strided = {p.dim for p in x.placements if type(p).__name__ == "_StridedShard"}
+    inputs = {ops[0][0]: S.replicate_dims(spec, strided)} if strided else {}
+    return Plan(inputs, outputs, linear=True)
 
 
 def reshape_spec(shape, spec, new_shape, sizes) -> Spec | None:
@@ -729,6 +734,8 @@ for _n in ("cat", "concat", "concatenate", "stack"):
 for _n in ("split", "tensor_split", "chunk", "unbind", "split_with_sizes"):
     RULES[_n] = split
 RULES["__getitem__"] = getitem
+for _n in ("cross_entropy", "nll_loss"):
+    RULES[_n] = lambda call: Plan({loc: ((),) * t.ndim for loc, t in call.tensors()}, None)
 RULES["pad"] = pad
 
 

@@ -112,3 +112,22 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
             x = x.redistribute(mesh, [Replicate() if isinstance(p, Partial) else p
                                       for p in current])
     return x.redistribute(mesh, target)
+
+
+def describable(x: DTensor) -> bool:
+    """Whether ``x``'s placements are a JAX ``PartitionSpec`` (DTensor can
+    make strided shards that none describes, e.g. after a reshape)."""
+    try:
+        spec_and_pending(x)
+    except Exception:  # noqa: BLE001 - LayoutError from to_spec
+        return False
+    return True
+
+
+def without_strided(x: DTensor) -> DTensor:
+    """``x`` with every strided-shard mesh dim gathered (replicated)."""
+    if not any(type(p).__name__ == "_StridedShard" for p in x.placements):
+        return x
+    return x.redistribute(x.device_mesh, [
+        Replicate() if type(p).__name__ == "_StridedShard" else p for p in x.placements
+    ])

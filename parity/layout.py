@@ -84,6 +84,11 @@ class TensorLayout:
                 f"TensorLayout axes must be a sequence, one entry per dim; got the "
                 f"string {axes!r}. Fix: write ({axes!r},)."
             )
+        if not isinstance(axes, (tuple, list)):
+            raise LayoutError(
+                f"TensorLayout axes must be a tuple or list, one entry per dim; got "
+                f"{axes!r}. Fix: e.g. ('data', None)."
+            )
         spec = tuple(normalize_entry(entry) for entry in axes)
         seen: dict[str, int] = {}
         for dim, names in enumerate(spec):

@@ -53,6 +53,8 @@ class LayoutMap(collections.abc.MutableMapping):
         return self._device_mesh
 
     def __getitem__(self, key: str) -> TensorLayout | None:
+        if not isinstance(key, str):
+            raise LayoutError(f"LayoutMap paths are strings; got {key!r}.")
         if key in self._layout_map:
             return self._layout_map[key]
         for k in self._layout_map:
@@ -68,6 +70,10 @@ class LayoutMap(collections.abc.MutableMapping):
         return self._layout_map[matches[0]] if matches else None
 
     def __setitem__(self, key: str, layout: object) -> None:
+        if not isinstance(key, str):
+            raise LayoutError(
+                f"LayoutMap keys are variable paths or regexes (str); got {key!r}."
+            )
         if key in self._layout_map:
             raise LayoutError(
                 f"{key} already exist in the LayoutMap with value "

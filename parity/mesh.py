@@ -14,6 +14,10 @@ import numpy as np
 from parity.errors import LayoutError
 
 
+def _is_sequence(value: object) -> bool:
+    return isinstance(value, (tuple, list, np.ndarray))
+
+
 class DeviceMesh:
     """A grid of devices, one name per axis.
 
@@ -34,6 +38,15 @@ class DeviceMesh:
         axis_names: Sequence[str],
         devices: Sequence[Any] | np.ndarray | None = None,
     ) -> None:
+        if isinstance(axis_names, str) or not _is_sequence(axis_names):
+            raise LayoutError(
+                f"axis_names must be a sequence of strings; got {axis_names!r}. "
+                "Fix: e.g. axis_names=('data', 'model')."
+            )
+        if not _is_sequence(shape):
+            raise LayoutError(
+                f"shape must be a sequence of ints; got {shape!r}. Fix: e.g. shape=(2, 4)."
+            )
         if not shape or not axis_names:
             raise LayoutError(
                 "Shape and axis_names cannot be empty. Received: "
@@ -44,17 +57,17 @@ class DeviceMesh:
                 "Shape and axis_names should have same size. Received: "
                 f"shape={shape}, axis_names={axis_names}"
             )
-        if len(set(axis_names)) != len(axis_names):
-            raise LayoutError(
-                f"Mesh axis names must be unique. Received: axis_names={axis_names}"
-            )
         for name in axis_names:
             if not isinstance(name, str) or not name:
                 raise LayoutError(
                     f"Mesh axis names must be non-empty strings. Received: {name!r}"
                 )
+        if len(set(axis_names)) != len(axis_names):
+            raise LayoutError(
+                f"Mesh axis names must be unique. Received: axis_names={axis_names}"
+            )
         for size in shape:
-            if int(size) != size or size < 1:
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
                 raise LayoutError(
                     f"Mesh axis sizes must be positive integers. Received: shape={shape}"
                 )

@@ -137,7 +137,7 @@ def _mesh8():
     return parity.DeviceMesh((2, 4), ("data", "model"), [f"cpu:{i}" for i in range(8)])
 
 
-KNOWN = {  # found by this fuzzer; strict: an xpass means the fix landed, drop the entry
+FOUND_BY_FUZZING = {  # each once raised TypeError/AttributeError instead of a parity error
     "DeviceMesh names=int": lambda: parity.DeviceMesh([2], 1, ["cpu:0", "cpu:1"]),
     "DeviceMesh names hold a dict": lambda: parity.DeviceMesh([2], [{}], ["cpu:0", "cpu:1"]),
     "TensorLayout axes=int": lambda: parity.TensorLayout(0),
@@ -148,12 +148,10 @@ KNOWN = {  # found by this fuzzer; strict: an xpass means the fix landed, drop t
 }
 
 
-@pytest.mark.parametrize("name", sorted(KNOWN))
-@pytest.mark.xfail(strict=True, raises=(TypeError, AttributeError),
-                   reason="neutral types raise TypeError/AttributeError for a non-sequence or "
-                          "non-string argument instead of LayoutError (reported, issue 6)")
-def test_known_non_parity_errors(name):
-    only_parity_errors(KNOWN[name])
+@pytest.mark.parametrize("name", sorted(FOUND_BY_FUZZING))
+def test_inputs_found_by_fuzzing_raise_parity_errors(name):
+    with pytest.raises(parity.ParityError):
+        FOUND_BY_FUZZING[name]()
 
 
 # -- case files ----------------------------------------------------------------

@@ -38,7 +38,7 @@ _ALL_REDUCE = {"sum": lax.psum, "mean": lax.pmean, "max": lax.pmax, "min": lax.p
 
 
 def _check_op(op: str, what: str) -> str:
-    if op not in REDUCE_OPS:
+    if not isinstance(op, str) or op not in REDUCE_OPS:
         raise LayoutError(f"{what}: op={op!r} is not one of {REDUCE_OPS}.")
     return op
 

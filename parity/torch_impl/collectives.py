@@ -29,7 +29,7 @@ REDUCE_OPS = {"sum": "sum", "mean": "avg", "max": "max", "min": "min"}
 
 
 def _check_op(op: str) -> str:
-    if op not in REDUCE_OPS:
+    if not isinstance(op, str) or op not in REDUCE_OPS:
         raise LayoutError(f"Reduction op {op!r} is not one of {sorted(REDUCE_OPS)}.")
     return REDUCE_OPS[op]
 

@@ -37,6 +37,8 @@ class _Runtime:
 _runtime = _Runtime()
 _lock = threading.RLock()
 _mesh_cache: dict[tuple, TorchMesh] = {}
+# id(torch mesh) -> (torch mesh, parity mesh); holding the torch mesh keeps its id unique.
+_parity_mesh_cache: dict[int, tuple[TorchMesh, DeviceMesh]] = {}
 
 
 def _parity_device_kind(device_type: str) -> str:
@@ -110,6 +112,7 @@ def _set_runtime(mode_name: str, world_size: int, device: str) -> None:
     _runtime.device_type = device
     _runtime.generation += 1
     _mesh_cache.clear()
+    _parity_mesh_cache.clear()
 
 
 def initialize(
@@ -283,13 +286,20 @@ def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
                 mesh_dim_names=mesh.axis_names,
             )
             _mesh_cache[key] = cached
+            _parity_mesh_cache[id(cached)] = (cached, mesh)
     return cached
 
 
 def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
     """The parity mesh of a torch ``DeviceMesh`` (axis names ``dim0``... if unnamed)."""
+    cached = _parity_mesh_cache.get(id(torch_mesh))
+    if cached is not None and cached[0] is torch_mesh:
+        return cached[1]
     names = torch_mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(torch_mesh.ndim))
     kind = _parity_device_kind(torch_mesh.device_type)
     ranks = torch_mesh.mesh.cpu().numpy()
-    devices = np.vectorize(lambda r: f"{kind}:{r}", otypes=[object])(ranks)
-    return DeviceMesh(tuple(torch_mesh.mesh.shape), tuple(names), devices)
+    devices = np.array([f"{kind}:{r}" for r in ranks.flat], dtype=object).reshape(ranks.shape)
+    mesh = DeviceMesh(tuple(torch_mesh.mesh.shape), tuple(names), devices)
+    with _lock:
+        _parity_mesh_cache[id(torch_mesh)] = (torch_mesh, mesh)
+    return mesh

@@ -1,0 +1,68 @@
+"""``jax_semantics()`` with a training step on real gloo ranks, eager and
+under ``torch.compile`` (marked ``multiprocess`` and ``slow``).
+
+Why real ranks: over simulated ranks (LocalTensorMode) dynamo cannot compile
+DTensor code at all -- with or without parity it fails inside DTensor's
+redistribute planner (``LocalIntNode`` has no ``expr`` /
+``SymNodeVariable() is not a constant``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from torchrun import run_torchrun
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+
+
+def host(shape, seed):
+    return (np.random.default_rng(seed).standard_normal(shape) * 0.3).astype(np.float32)
+
+
+def reference_step():
+    """The same step in JAX (the reference's values; placements follow the primals)."""
+    import jax
+    import jax.numpy as jnp
+
+    x, target = host((8, 16), 0), host((8, 8), 3)
+    params = [host((16, 32), 1), host((32,), 2), host((32, 8), 4)]
+
+    def loss_fn(w1, b1, w2):
+        h = jax.nn.relu(x @ w1 + b1)
+        return jnp.mean((h @ w2 - target) ** 2)
+
+    loss, grads = jax.value_and_grad(loss_fn, argnums=(0, 1, 2))(*params)
+    return float(loss), [p - 0.1 * np.asarray(g) for p, g in zip(params, grads)]
+
+
+def run(*backends):
+    output = run_torchrun("jax_semantics_worker.py", nproc=4, timeout=600, args=backends)
+    line = next(l for l in output.splitlines() if l.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def check(result, loss, params):
+    assert result["loss"] == pytest.approx(loss, rel=1e-5)
+    for got, want in zip(result["params"], params):
+        np.testing.assert_allclose(np.array(got), want, rtol=1e-5, atol=1e-6)
+    assert result["specs"] == [[[], ["model"]], [["model"]], [["model"], []]]
+    assert result["grad_specs"] == result["specs"]  # gradients have their weight's layout
+
+
+def test_eager_training_step_on_gloo_ranks_matches_jax():
+    loss, params = reference_step()
+    check(run()["eager"], loss, params)
+
+
+@pytest.mark.xfail(
+    reason="dynamo + jax_semantics' TorchFunctionMode: RecursionError while AOTAutograd "
+    "traces (proxy_tensor._compute_proxy); plain DTensor compiles the same forward",
+    strict=False,
+)
+def test_compiled_training_step_matches_eager_and_jax():
+    loss, params = reference_step()
+    results = run("aot_eager")
+    check(results["eager"], loss, params)
+    check(results["aot_eager"], loss, params)

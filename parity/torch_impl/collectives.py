@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import DTensor
 
 from parity.errors import LayoutError, ShardingError
 from parity.layout import Spec, TensorLayout, spec_without_axis
 from parity.torch_impl import runtime
 from parity.torch_impl.distribute import _require_dtensor
+from parity.torch_impl.group_ops import all_gather_block, all_reduce_block, reduce_scatter_block
 from parity.torch_impl.tensors import (
     from_local_blocks,
     global_shape_from_local,
@@ -25,13 +25,13 @@ from parity.torch_impl.tensors import (
     spec_of,
 )
 
-REDUCE_OPS = {"sum": "sum", "mean": "avg", "max": "max", "min": "min"}
+REDUCE_OPS = ("sum", "mean", "max", "min")
 
 
 def _check_op(op: str) -> str:
     if not isinstance(op, str) or op not in REDUCE_OPS:
         raise LayoutError(f"Reduction op {op!r} is not one of {sorted(REDUCE_OPS)}.")
-    return REDUCE_OPS[op]
+    return op
 
 
 def _floating_for_mean(local: torch.Tensor, op: str) -> torch.Tensor:
@@ -74,13 +74,9 @@ def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None) -> DTensor
     Raises ``LayoutError`` for an unknown axis or op, ``ParityError`` for a
     tensor that is not distributed.
     """
-    reduce_op = _check_op(op)
+    _check_op(op)
     x, spec, mesh_dim = _prepare(x, axis_name, "all_reduce")
-    local = funcol.wait_tensor(
-        funcol.all_reduce(
-            _floating_for_mean(x.to_local(), op), reduce_op, (x.device_mesh, mesh_dim)
-        )
-    )
+    local = all_reduce_block(_floating_for_mean(x.to_local(), op), op, x.device_mesh, mesh_dim)
     return _wrap(local, x, spec_without_axis(spec, axis_name))
 
 
@@ -92,9 +88,7 @@ def all_gather(x: Any, axis: int, axis_name: str) -> DTensor:
     """
     x, spec, mesh_dim = _prepare(x, axis_name, "all_gather")
     axis = _check_axis(axis, x.ndim, "all_gather")
-    local = funcol.wait_tensor(
-        funcol.all_gather_single(x.to_local().contiguous(), axis, (x.device_mesh, mesh_dim))
-    )
+    local = all_gather_block(x.to_local(), axis, x.device_mesh, mesh_dim)
     return _wrap(local, x, spec_without_axis(spec, axis_name))
 
 
@@ -107,7 +101,7 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> DTenso
     range, and ``ShardingError`` when the block's ``axis`` does not divide by
     the axis size.
     """
-    reduce_op = _check_op(op)
+    _check_op(op)
     x, spec, mesh_dim = _prepare(x, axis_name, "reduce_scatter")
     axis = _check_axis(axis, x.ndim, "reduce_scatter")
     local = _floating_for_mean(x.to_local().contiguous(), op)
@@ -118,9 +112,7 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> DTenso
             f"reduce_scatter: each device's block has size {block} on dim {axis}, "
             f"which does not divide by the size {size} of mesh axis {axis_name!r}."
         )
-    local = funcol.wait_tensor(
-        funcol.reduce_scatter_single(local, reduce_op, axis, (x.device_mesh, mesh_dim))
-    )
+    local = reduce_scatter_block(local, op, axis, x.device_mesh, mesh_dim)
     out_spec = list(spec_without_axis(spec, axis_name))
     out_spec[axis] = out_spec[axis] + (axis_name,)
     return _wrap(local, x, tuple(out_spec))

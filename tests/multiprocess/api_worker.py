@@ -54,6 +54,10 @@ def main() -> None:
     chunk = np.split(mine + data_peer, 2, axis=0)[rank // 2]
     np.testing.assert_allclose(ti.local_block(scattered, rank).numpy(), chunk)
     assert ti.describe(scattered).spec == (("data",), ("model",))
+    scattered_mean = ti.reduce_scatter(x, 1, "model", op="mean")
+    chunk = np.split((mine + model_peer) / 2, 2, axis=1)[rank % 2]
+    np.testing.assert_allclose(ti.local_block(scattered_mean, rank).numpy(), chunk)
+    assert ti.describe(scattered_mean).spec == (("data",), ("model",))
 
     # Data input: each process passes its data shard; ranks 0 and 1 share one.
     global_batch = np.arange(12, dtype=np.float32).reshape(4, 3)

@@ -76,7 +76,10 @@ def compare_placement(ref: dict, cand: dict, what: str) -> str | None:
         return (f"{what}: a pending reduction over mesh axes {cand['pending']} leaks "
                 f"(DTensor Partial); the reference holds reduced values")
     if cand.get("spec") is None:
-        return f"{what}: not distributed (plain tensor); reference spec {ref.get('spec')}"
+        if cand.get("placements"):
+            return (f"{what}: DTensor placements {cand['placements']} that no PartitionSpec "
+                    f"describes; reference spec {_spec(ref['spec'])}")
+        return f"{what}: not distributed (plain tensor); reference spec {_spec(ref['spec'])}"
     reasons = []
     if [list(n) for n in ref["spec"]] != [list(n) for n in cand["spec"]]:
         reasons.append(f"spec {_spec(cand['spec'])} != reference {_spec(ref['spec'])}")

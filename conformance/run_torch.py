@@ -147,11 +147,17 @@ class TorchRunner:
         from torch.distributed.tensor import DTensor
 
         if isinstance(x, DTensor):
-            placement = self.ti.describe(x).to_json()
             values = self._values(x)
-            rec = {"shape": placement["shape"], "dtype": values.dtype.name,
-                   "spec": placement["spec"], "shards": placement["shards"],
-                   "pending": placement["pending"]}
+            try:
+                placement = self.ti.describe(x).to_json()
+            except ValueError as err:  # placements no PartitionSpec describes
+                rec = {"shape": list(x.shape), "dtype": values.dtype.name, "spec": None,
+                       "shards": None, "pending": [], "placements": str(tuple(x.placements)),
+                       "describe_error": str(err)[:300]}
+            else:
+                rec = {"shape": placement["shape"], "dtype": values.dtype.name,
+                       "spec": placement["spec"], "shards": placement["shards"],
+                       "pending": placement["pending"]}
         else:
             values = self.ti.to_numpy(x) if isinstance(x, torch.Tensor) else np.asarray(x)
             rec = {"shape": list(values.shape), "dtype": values.dtype.name,

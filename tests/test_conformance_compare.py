@@ -134,3 +134,9 @@ def test_zero_dim_outputs_compare():
     cand = entry(outputs=[output(np.array(2.0, np.float32), spec=(), shards={"0": []})])
     v = verdict_of(ref, cand)
     assert v["verdict"] == "values-differ" and "!= reference 1" in v["reason"]
+
+
+def test_undescribable_dtensor_placement_is_a_placement_difference():
+    odd = {**output(), "spec": None, "shards": None, "placements": "(_StridedShard(dim=1, sf=8),)"}
+    v = verdict_of(entry(), entry(outputs=[odd]))
+    assert v["verdict"] == "placement-differs" and "_StridedShard" in v["reason"]

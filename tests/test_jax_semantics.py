@@ -433,3 +433,16 @@ def test_scope_in_one_thread_does_not_leak_into_another(sim8):
         t.start()
         t.join()
     assert seen == [False, "raw"]
+
+
+def test_prod_gradient_fails_on_dtensor_and_matches_jax_grad_with_parity(sim8):
+    _, mesh = meshes()
+    x = ti.distribute_variable(host((8, 16)), L((None, ("model", "data")), mesh))
+    with pytest.raises(RuntimeError, match="mixed torch.Tensor and DTensor"):
+        torch.prod(x, 0).sum().backward()  # torch's own prod backward, below autograd
+    for layout in [(None, ("model", "data")), ("data", "model")]:
+        jgrads, params = _grads_both(
+            lambda x: jnp.sum(jnp.prod(x, axis=0)), lambda x: torch.prod(x, 0).sum(),
+            [host((8, 16))], [layout],
+        )
+        _check_grads(jgrads, params)

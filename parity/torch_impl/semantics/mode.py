@@ -32,7 +32,7 @@ from torch.distributed.tensor import DTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from parity.torch_impl.semantics import operands, pending, rules
+from parity.torch_impl.semantics import local_ops, operands, pending, rules
 from parity.torch_impl.semantics import specs as S
 
 # Names handled by torch itself: metadata, autograd plumbing, conversions
@@ -187,6 +187,10 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh) -> Any:
         return S.redistribute_to(t, spec, guard=guard)
 
     args, kwargs = _map_dtensors(args, kwargs, prepare)
+    if name in local_ops.LOCAL_REDUCTIONS:
+        out = local_ops.run_local_reduction(func, args, kwargs)
+        if out is not None:
+            return _finish(out, plan, keep_partial)
     try:
         out = func(*args, **kwargs)
     except (NotImplementedError, RuntimeError) as err:

@@ -24,6 +24,12 @@ from parity.torch_impl.distribute import (
     local_block,
     to_numpy,
 )
+from parity.torch_impl.keras_distribution_lib import (
+    _to_backend_device,
+    _to_backend_layout,
+    _to_backend_mesh,
+)
+from parity.torch_impl.keras_install import install_keras
 from parity.torch_impl.placements import to_placements, to_spec
 from parity.torch_impl.runtime import (
     get_device_count,
@@ -38,6 +44,9 @@ from parity.torch_impl.runtime import (
 from parity.torch_impl.semantics import jax_semantics
 
 __all__ = [
+    "_to_backend_device",
+    "_to_backend_layout",
+    "_to_backend_mesh",
     "all_gather",
     "all_gather_variable",
     "all_reduce",
@@ -47,6 +56,7 @@ __all__ = [
     "distribute_variable",
     "get_device_count",
     "initialize",
+    "install_keras",
     "jax_semantics",
     "list_devices",
     "local_block",

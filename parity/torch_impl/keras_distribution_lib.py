@@ -1,0 +1,254 @@
+"""The torch backend's ``distribution_lib`` for Keras 3 (hooks H1/H2).
+
+Keras on torch ships no distribution backend: ``keras.src.backend.distribution_lib``
+is ``None``. ``install_keras()`` points it (and the copy bound in
+``keras.src.distribution.distribution_lib``) at this module, which has the
+names the JAX backend's module has, with the JAX signatures:
+``list_devices``, ``get_device_count``, ``initialize``, ``num_processes``,
+``process_id``, ``distribute_tensor``, ``distribute_variable``,
+``distribute_data_input``, ``initialize_rng``, ``_to_backend_device``,
+``_to_backend_mesh``, ``_to_backend_layout``.
+
+Every function accepts a Keras ``TensorLayout``, a ``parity.TensorLayout`` or
+a ``TorchSharding`` (what ``_to_backend_layout`` returns: the torch analogue of
+``jax.sharding.NamedSharding``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+from torch.distributed.device_mesh import DeviceMesh as TorchMesh
+from torch.distributed.tensor import DTensor
+
+import parity
+from parity.torch_impl import distribute as _dist
+from parity.torch_impl import runtime
+from parity.torch_impl.tensors import placements_of, require_layout
+
+__all__ = [
+    "TorchSharding",
+    "distribute_data_input",
+    "distribute_tensor",
+    "distribute_variable",
+    "get_device_count",
+    "initialize",
+    "initialize_rng",
+    "list_devices",
+    "num_processes",
+    "process_id",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchSharding:
+    """A layout bound to a torch mesh: ``mesh`` (torch ``DeviceMesh``),
+    ``placements`` (DTensor placements, one per mesh dim), ``spec`` (JAX-style
+    ``PartitionSpec`` tuples) and ``layout`` (the ``parity.TensorLayout``)."""
+
+    mesh: TorchMesh
+    placements: tuple
+    spec: tuple
+    layout: parity.TensorLayout = dataclasses.field(compare=False)
+
+
+def list_devices(device_type=None):
+    return runtime.list_devices(device_type)
+
+
+def get_device_count(device_type=None):
+    return runtime.get_device_count(device_type)
+
+
+def num_processes():
+    return runtime.num_processes()
+
+
+def process_id():
+    return runtime.process_id()
+
+
+def initialize(job_addresses=None, num_processes=None, process_id=None):
+    """JAX's contract (``keras/src/backend/jax/distribution_lib.py``): a
+    comma-separated ``job_addresses`` must have ``num_processes`` entries;
+    the first is the coordinator. Unset values come from torchrun's
+    environment. Then the Keras seed is made equal on every process."""
+    if job_addresses and "," in job_addresses:
+        addresses = job_addresses.split(",")
+        if num_processes is not None and num_processes != len(addresses):
+            raise ValueError(
+                f"The provided job_addresses {addresses} has {len(addresses)} "
+                f"jobs, but num_processes is {num_processes}"
+            )
+    runtime.initialize(job_addresses, num_processes, process_id)
+    initialize_rng()
+
+
+def initialize_rng():
+    """Give every process the same global Keras seed (rank 0's) when the user
+    set none, as the JAX backend does, so initializers draw equal values."""
+    from keras.src.random import seed_generator
+    from keras.src.utils import rng_utils
+
+    if rng_utils.get_random_seed() is not None or runtime.num_processes() == 1:
+        return
+    seed = torch.tensor([seed_generator.make_default_seed()], dtype=torch.int64)
+    torch.distributed.broadcast(seed, src=0)
+    rng_utils.set_random_seed(int(seed.item()))
+
+
+def _to_backend_device(device_name):
+    """``"cpu:3"`` -> ``torch.device("cpu")``; ``"gpu:3"`` -> the CUDA device
+    that rank's blocks live on. Raises ``ValueError`` for an unknown device."""
+    if isinstance(device_name, torch.device):
+        return device_name
+    text = str(device_name)
+    kind, _, index = text.partition(":")
+    index = index or "0"
+    if kind not in ("cpu", "gpu", "cuda") or not index.isdigit():
+        raise ValueError(f"Device not found: {device_name}")
+    if kind == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError(f"Device not found: {device_name}")
+    return torch.device("cuda", int(index) % torch.cuda.device_count())
+
+
+def _parity_mesh(keras_mesh) -> parity.DeviceMesh:
+    if isinstance(keras_mesh, parity.DeviceMesh):
+        return keras_mesh
+    return parity.DeviceMesh(
+        tuple(keras_mesh.shape), tuple(keras_mesh.axis_names), np.asarray(keras_mesh.devices)
+    )
+
+
+def _to_backend_mesh(device_mesh):
+    """The torch ``DeviceMesh`` of a Keras ``DeviceMesh`` (needs ranks:
+    ``simulate(n)`` or ``initialize()``)."""
+    return runtime.to_torch_mesh(_parity_mesh(device_mesh))
+
+
+def _to_backend_layout(tensor_layout):
+    """A ``TorchSharding`` for a Keras ``TensorLayout``."""
+    if tensor_layout.device_mesh is None:
+        raise ValueError(
+            "Cannot create sharding when device mesh is not set for TensorLayout."
+        )
+    layout = _parity_layout(tensor_layout)
+    mesh = layout.require_mesh()
+    return TorchSharding(
+        mesh=runtime.to_torch_mesh(mesh),
+        placements=tuple(placements_of(layout)),
+        spec=layout.spec,
+        layout=layout,
+    )
+
+
+def _parity_layout(layout) -> parity.TensorLayout:
+    if isinstance(layout, TorchSharding):
+        return layout.layout
+    if isinstance(layout, parity.TensorLayout):
+        return require_layout(layout)
+    mesh = getattr(layout, "device_mesh", None)
+    if mesh is None and getattr(layout, "axes", None) is not None:
+        raise ValueError(
+            "Cannot create sharding when device mesh is not set for TensorLayout."
+        )
+    return require_layout(parity.TensorLayout(tuple(layout.axes), _parity_mesh(mesh)))
+
+
+def _passes_through(x) -> bool:
+    """Values a layout cannot apply to: symbolic tensors, meta tensors (torch's
+    ``compute_output_spec``), ``None``."""
+    if x is None:
+        return True
+    from keras.src.backend.common.keras_tensor import KerasTensor
+    from keras.src.backend.common.symbolic_scope import in_symbolic_scope
+
+    if isinstance(x, KerasTensor) or in_symbolic_scope():
+        return True
+    if isinstance(x, torch.Tensor) and x.device.type == "meta":
+        return True
+    return False
+
+
+def _same_layout(x: DTensor, layout: parity.TensorLayout) -> bool:
+    return (
+        x.device_mesh == runtime.to_torch_mesh(layout.require_mesh())
+        and tuple(x.placements) == tuple(placements_of(layout))
+    )
+
+
+def _distribute_one(x, layout):
+    if _passes_through(x):
+        return x
+    if isinstance(x, torch.nn.Parameter) and isinstance(x.data, DTensor):
+        x = x.data
+    if isinstance(x, DTensor) and _same_layout(x, layout):
+        return x  # JAX: skip the relayout when it is unnecessary
+    if not isinstance(x, DTensor):
+        x = _host_value(x)
+    return _dist.distribute_tensor(x, layout)
+
+
+def _host_value(x):
+    """A plain host value from a plain tensor, or from a ``LocalTensor``
+    whose ranks hold equal values (values Keras builds inside ``simulate``)."""
+    local_tensors = getattr(x, "_local_tensors", None)
+    if local_tensors is not None:
+        from torch.distributed._local_tensor import maybe_disable_local_tensor_mode
+
+        with maybe_disable_local_tensor_mode():
+            first = local_tensors[min(local_tensors)]
+            return first
+    if hasattr(x, "__array__") and not isinstance(x, (torch.Tensor, np.ndarray)):
+        return np.asarray(x)
+    return x
+
+
+def distribute_tensor(tensor, layout):
+    """``tensor`` (a structure of tensors) laid out as ``layout``.
+
+    Symbolic and meta values pass through; a DTensor already in that layout is
+    returned as is; other DTensors are resharded (differentiable), host values
+    sliced per rank.
+    """
+    from keras.src import tree
+
+    if tree.is_nested(tensor):
+        if all(_passes_through(t) for t in tree.flatten(tensor)):
+            return tensor
+        target = _parity_layout(layout)
+        return tree.map_structure(lambda t: _distribute_one(t, target), tensor)
+    if _passes_through(tensor):
+        return tensor
+    return _distribute_one(tensor, _parity_layout(layout))
+
+
+def distribute_variable(value, layout):
+    """A ``Parameter`` over a DTensor of ``layout`` (physically sharded)."""
+    if isinstance(value, torch.nn.Parameter) and isinstance(value.data, DTensor):
+        value = value.data
+    if not isinstance(value, DTensor):
+        value = _host_value(value)
+    return _dist.distribute_variable(value, _parity_layout(layout))
+
+
+def distribute_data_input(per_process_batch, layout, batch_dim_name=None):
+    """The global batch from this process's batch
+    (``jax.make_array_from_process_local_data``)."""
+    if isinstance(per_process_batch, DTensor):
+        return distribute_tensor(per_process_batch, layout)
+    return _dist.distribute_data_input(
+        _host_value(per_process_batch), _parity_layout(layout), batch_dim_name
+    )
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """The global value of a DTensor (or Parameter over one) as numpy."""
+    if isinstance(x, torch.nn.Parameter) and isinstance(x.data, DTensor):
+        x = x.data
+    return _dist.to_numpy(x)

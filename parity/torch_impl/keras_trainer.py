@@ -1,0 +1,286 @@
+"""Batches and steps of the Keras torch trainer under a distribution (H7, H8).
+
+* ``DistributedTorchEpochIterator`` replaces the torch trainer's
+  ``TorchEpochIterator``: with a distribution set it iterates the same numpy
+  batches the JAX trainer slices and lays every leaf out with
+  ``distribute_data_input(leaf, distribution.get_data_layout(shape),
+  batch_dim_name)``, exactly ``keras/src/backend/jax/trainer.py``'s
+  ``_distribute_data``.
+* ``train_on_batch``, ``test_on_batch``, ``predict_on_batch`` distribute
+  their batch the same way.
+* Steps, layer calls and the public trainer methods run inside
+  ``mixing_context()``: plain tensors that meet DTensors count as replicated.
+* Callbacks run on the main thread while DTensors may reach their logs.
+* ``jit_compile=True`` compiles under torchrun; on simulated devices the
+  steps run eagerly (``torch.compile`` cannot trace ``LocalTensorMode``).
+* Attention with DTensor operands uses torch's math SDPA kernel (DTensor has
+  no sharding rule for the CPU flash kernel's backward).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+
+from parity.torch_impl import keras_distribution_lib as kdl
+
+_ORIGINAL: dict[str, object] = {}
+_state = threading.local()
+
+
+def mixing_context():
+    """The context in which plain tensors meet DTensors: the core's
+    ``jax_semantics()`` when it exists, else DTensor's
+    ``implicit_replication()``."""
+    import parity.torch_impl as ti
+
+    if hasattr(ti, "jax_semantics"):
+        return ti.jax_semantics()
+    from torch.distributed.tensor.experimental import implicit_replication
+
+    return implicit_replication()
+
+
+def _distribution():
+    from keras.src.distribution import distribution_lib
+
+    return distribution_lib.distribution()
+
+
+def _may_meet_dtensors() -> bool:
+    from parity.torch_impl import runtime
+
+    return _distribution() is not None or runtime.mode() != "plain"
+
+
+@contextlib.contextmanager
+def _mixing():
+    """Enter ``mixing_context()`` once (outermost call) while a distribution
+    is set or ranks exist (sharded variables can then meet plain tensors
+    outside the scope); nested calls and plain runs add nothing."""
+    if getattr(_state, "depth", 0) or not _may_meet_dtensors():
+        yield
+        return
+    _state.depth = 1
+    try:
+        with mixing_context():
+            yield
+    finally:
+        _state.depth = 0
+
+
+def _in_mixing(fn):
+    if getattr(fn, "_parity_mixing", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _mixing():
+            return fn(*args, **kwargs)
+
+    wrapper._parity_mixing = True
+    return wrapper
+
+
+def distribute_data(data, layouts=None):
+    """Each non-``None`` leaf of ``data`` laid out for the current
+    distribution (``jax/trainer.py::_distribute_data``)."""
+    from keras.src import tree
+
+    distribution = _distribution()
+    if distribution is None:
+        return data
+    if layouts is None:
+        layouts = data_layouts(distribution, data)
+    return tree.map_structure(
+        lambda d, layout: None
+        if d is None
+        else kdl.distribute_data_input(d, layout, distribution.batch_dim_name),
+        data,
+        layouts,
+    )
+
+
+def data_layouts(distribution, data):
+    from keras.src import tree
+
+    return tree.map_structure(
+        lambda d: None if d is None else distribution.get_data_layout(d.shape), data
+    )
+
+
+def _make_iterator_class():
+    from keras.src.backend.torch import trainer as torch_trainer
+
+    base = _ORIGINAL.setdefault("TorchEpochIterator", torch_trainer.TorchEpochIterator)
+
+    class DistributedTorchEpochIterator(base):
+        """``TorchEpochIterator`` that distributes each batch when a
+        distribution is set (as ``JAXEpochIterator`` does)."""
+
+        def _get_iterator(self):
+            from parity.torch_impl import runtime
+
+            distribution = _distribution()
+            if distribution is None:
+                if runtime.mode() == "simulated":
+                    return _outside_local_mode(super()._get_iterator())
+                return super()._get_iterator()
+            return self._get_distributed_iterator(distribution)
+
+        def _get_distributed_iterator(self, distribution):
+            layouts = None
+            for data in self.data_adapter.get_numpy_iterator():
+                if layouts is None:
+                    layouts = data_layouts(distribution, data)
+                yield distribute_data(data, layouts)
+
+    return DistributedTorchEpochIterator
+
+
+def _outside_local_mode(iterable):
+    """Batches of a torch ``DataLoader`` fetched outside ``LocalTensorMode``
+    (its index tensors must stay plain)."""
+    from torch.distributed._local_tensor import maybe_disable_local_tensor_mode
+
+    with maybe_disable_local_tensor_mode():
+        iterator = iter(iterable)
+    while True:
+        with maybe_disable_local_tensor_mode():
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+        yield batch
+
+
+def _wrap_make(name):
+    original = _ORIGINAL[name]
+    attr = {
+        "make_train_function": "train_function",
+        "make_test_function": "test_function",
+        "make_predict_function": "predict_function",
+    }[name]
+
+    @functools.wraps(original)
+    def make(self, force=False):
+        original(self, force=force)
+        fn = getattr(self, attr)
+        if fn is not None:
+            setattr(self, attr, _in_mixing(fn))
+        return getattr(self, attr)
+
+    return make
+
+
+def _should_torch_compile(self):
+    """``torch.compile`` cannot trace DTensor programs over the simulated
+    ranks of ``LocalTensorMode`` (per-rank symbolic shapes): in ``simulate``
+    the steps run eagerly (same values); under torchrun they are compiled."""
+    from parity.torch_impl import runtime
+
+    if self.jit_compile and runtime.mode() == "simulated" and _distribution() is not None:
+        if not getattr(_state, "warned_jit", False):
+            import warnings
+
+            warnings.warn(
+                "parity: jit_compile=True runs eagerly on simulated devices "
+                "(torch.compile cannot trace LocalTensorMode); it compiles under torchrun.",
+                stacklevel=2,
+            )
+            _state.warned_jit = True
+        return False
+    return _ORIGINAL["_should_torch_compile"](self)
+
+
+def _train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
+    if _distribution() is not None:
+        if class_weight is not None and sample_weight is None and y is not None:
+            from keras.src.trainers.data_adapters import data_adapter_utils
+
+            sample_weight = data_adapter_utils.class_weight_to_sample_weights(y, class_weight)
+            class_weight = None
+        x, y, sample_weight = distribute_data((x, y, sample_weight))
+    with _mixing():
+        return _ORIGINAL["train_on_batch"](
+            self, x, y=y, sample_weight=sample_weight, class_weight=class_weight,
+            return_dict=return_dict,
+        )
+
+
+def _test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
+    x, y, sample_weight = distribute_data((x, y, sample_weight))
+    with _mixing():
+        return _ORIGINAL["test_on_batch"](
+            self, x, y=y, sample_weight=sample_weight, return_dict=return_dict
+        )
+
+
+def _predict_on_batch(self, x):
+    (x,) = distribute_data((x,))
+    with _mixing():
+        return _ORIGINAL["predict_on_batch"](self, x)
+
+
+def _wrap_dot_product_attention(original):
+    """DTensor has no sharding rule for the backward of the CPU flash SDPA
+    kernel torch picks by default; with DTensor operands use the math kernel
+    (matmul, softmax), whose pieces DTensor shards."""
+
+    @functools.wraps(original)
+    def dot_product_attention(query, key, value, *args, **kwargs):
+        from torch.distributed.tensor import DTensor
+
+        if not any(isinstance(t, DTensor) for t in (query, key, value)):
+            return original(query, key, value, *args, **kwargs)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        if kwargs.get("flash_attention") is None:
+            kwargs["flash_attention"] = False
+        with sdpa_kernel([SDPBackend.MATH]):
+            return original(query, key, value, *args, **kwargs)
+
+    return dot_product_attention
+
+
+def _configure_async_dispatch(self, callbacks):
+    """No callbacks on a thread pool while DTensors may flow through logs:
+    reading a distributed loss there would run collectives (or, simulated,
+    ``LocalTensorMode``, which is thread-local) off the main thread."""
+    _ORIGINAL["_configure_async_dispatch"](self, callbacks)
+    if _may_meet_dtensors():
+        self._async_train = self._async_test = self._async_predict = False
+
+
+def install() -> None:
+    from keras.src.backend.torch import trainer as torch_trainer
+    from keras.src.layers import layer as layer_module
+
+    if "installed" in _ORIGINAL:
+        return
+    cls = torch_trainer.TorchTrainer
+    for name in ("make_train_function", "make_test_function", "make_predict_function",
+                 "train_on_batch", "test_on_batch", "predict_on_batch",
+                 "fit", "evaluate", "predict", "_should_torch_compile"):
+        _ORIGINAL[name] = getattr(cls, name)
+    cls._should_torch_compile = _should_torch_compile
+    for name in ("make_train_function", "make_test_function", "make_predict_function"):
+        setattr(cls, name, _wrap_make(name))
+    cls.train_on_batch = _train_on_batch
+    cls.test_on_batch = _test_on_batch
+    cls.predict_on_batch = _predict_on_batch
+    for name in ("fit", "evaluate", "predict"):
+        setattr(cls, name, _in_mixing(_ORIGINAL[name]))
+    torch_trainer.TorchEpochIterator = _make_iterator_class()
+    from keras.src.backend.torch import nn as torch_nn
+    from keras.src.callbacks.callback_list import CallbackList
+
+    _ORIGINAL["_configure_async_dispatch"] = CallbackList._configure_async_dispatch
+    CallbackList._configure_async_dispatch = _configure_async_dispatch
+
+    _ORIGINAL["dot_product_attention"] = torch_nn.dot_product_attention
+    torch_nn.dot_product_attention = _wrap_dot_product_attention(torch_nn.dot_product_attention)
+    _ORIGINAL["Layer.__call__"] = layer_module.Layer.__call__
+    layer_module.Layer.__call__ = _in_mixing(layer_module.Layer.__call__)
+    _ORIGINAL["installed"] = True

@@ -1,0 +1,166 @@
+"""DTensor-backed Keras variables on torch (hooks H5, H9, H11).
+
+``install()`` replaces methods of ``keras.src.backend.torch.core.Variable``
+(every Keras variable class on torch inherits them) and the torch backend's
+``convert_to_numpy``:
+
+* a variable created under a distribution gets ``distribution.get_variable_layout``
+  (as ``JaxVariable._initialize_layout`` does) and a ``Parameter`` over a
+  sharded DTensor of that layout;
+* initializers run outside ``LocalTensorMode`` (one host draw, then slicing,
+  like JAX), so simulated ranks hold slices of one value;
+* ``assign`` lays the value out with the variable's layout and copies into
+  the same ``Parameter`` object (the one the optimizer and
+  ``TorchLayer.torch_params`` hold), inside or outside the scope;
+* ``convert_to_numpy`` of a DTensor gives the global value.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+from torch.distributed.tensor import DTensor, Replicate
+
+from parity.torch_impl import keras_distribution_lib as kdl
+
+_ORIGINAL: dict[str, object] = {}
+
+
+def _no_local_mode():
+    from torch.distributed._local_tensor import maybe_disable_local_tensor_mode
+
+    return maybe_disable_local_tensor_mode()
+
+
+def _is_float(dtype) -> bool:
+    return dtype.is_floating_point or dtype.is_complex
+
+
+def _initialize_layout(self):
+    from keras.src.backend.common import global_state
+
+    distribution = global_state.get_global_attribute("distribution")
+    if self._layout is None and distribution is not None:
+        self._layout = distribution.get_variable_layout(self)
+
+
+def _initialize(self, value):
+    # variable.shape is needed by get_variable_layout (common code sets it
+    # only after _initialize).
+    self._shape = self._validate_shape(tuple(value.shape))
+    _initialize_layout(self)
+    if self._layout is None:
+        if isinstance(value, DTensor) and not isinstance(value, torch.nn.Parameter):
+            value = kdl.to_numpy(value)  # a plain variable holds the full value
+        with _no_local_mode():
+            if not isinstance(value, torch.Tensor) or _is_local(value):
+                value = self._convert_to_tensor(kdl._host_value(value), dtype=self._dtype)
+            return _ORIGINAL["_initialize"](self, value)
+    from keras.src.backend.torch.core import to_torch_dtype
+
+    if not isinstance(value, DTensor):
+        with _no_local_mode():
+            value = kdl._host_value(value)
+            value = torch.as_tensor(np.asarray(value) if not isinstance(value, torch.Tensor) else value)
+            value = value.detach().to(to_torch_dtype(self._dtype))
+    elif value.dtype != to_torch_dtype(self._dtype):
+        value = value.detach().to(to_torch_dtype(self._dtype))
+    param = kdl.distribute_variable(value, self._layout)
+    param.requires_grad_(bool(self.trainable) and _is_float(param.dtype))
+    self._value = param
+
+
+def _is_local(value) -> bool:
+    return getattr(value, "_local_tensors", None) is not None
+
+
+def _initialize_with_initializer(self, initializer):
+    _initialize_layout(self)
+    # One host draw outside LocalTensorMode: inside it every simulated rank
+    # would draw its own random values.
+    with _no_local_mode():
+        value = self._convert_to_tensor(initializer(self._shape, dtype=self._dtype))
+    self._initialize(value)
+
+
+def _direct_assign(self, value):
+    current = self._value
+    if self._layout is not None and isinstance(current, DTensor):
+        if not isinstance(value, DTensor):
+            value = kdl._host_value(value)
+        value = kdl.distribute_tensor(value, self._layout)
+        with torch.no_grad():
+            current.copy_(value)
+        return
+    if isinstance(value, DTensor) and not isinstance(current, DTensor):
+        # A plain variable (made outside the scope) updated from distributed
+        # values: keep the full value.
+        value = value.redistribute(value.device_mesh, [Replicate()] * value.device_mesh.ndim)
+        value = kdl._host_value(value.to_local())
+    elif _is_local(value) and not _is_local(current):
+        value = kdl._host_value(value)
+    with torch.no_grad():
+        current.copy_(value)
+
+
+def convert_to_numpy(x):
+    if isinstance(x, (list, tuple)):
+        return np.array([convert_to_numpy(e) for e in x])
+    if isinstance(x, DTensor):
+        out = kdl.to_numpy(x.detach())
+        return np.array(out)
+    if _is_local(x):
+        x = kdl._host_value(x)
+    return _ORIGINAL["convert_to_numpy"](x)
+
+
+def _rebind(original, replacement) -> None:
+    """Point every ``keras.src.*`` module attribute that is ``original`` at
+    ``replacement`` (star imports copied the reference)."""
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "keras" or name.startswith("keras.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is original:
+                setattr(module, attr, replacement)
+
+
+# Methods of KerasVariable that compute with the value: run them where plain
+# tensors meeting DTensors count as replicated (``kernel.assign_add(numpy)``
+# outside the scope works on JAX).
+_MIXING_METHODS = (
+    "assign", "assign_add", "assign_sub",
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+    "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
+    "__rmod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__and__",
+    "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__eq__", "__ne__",
+    "__lt__", "__le__", "__gt__", "__ge__", "__neg__", "__pos__", "__abs__",
+    "__invert__",
+)
+
+
+def install() -> None:
+    from keras.src.backend.common.variables import Variable as KerasVariable
+    from keras.src.backend.torch import core
+
+    from parity.torch_impl.keras_trainer import _in_mixing
+
+    if _ORIGINAL:
+        return
+    for name in _MIXING_METHODS:
+        original = KerasVariable.__dict__.get(name)
+        if original is not None:
+            _ORIGINAL["KerasVariable." + name] = original
+            setattr(KerasVariable, name, _in_mixing(original))
+    cls = core.Variable
+    _ORIGINAL["_initialize"] = cls._initialize
+    _ORIGINAL["_direct_assign"] = cls._direct_assign
+    _ORIGINAL["_initialize_with_initializer"] = cls._initialize_with_initializer
+    _ORIGINAL["convert_to_numpy"] = core.convert_to_numpy
+    cls._initialize = _initialize
+    cls._direct_assign = _direct_assign
+    cls._initialize_with_initializer = _initialize_with_initializer
+    cls._initialize_layout = _initialize_layout
+    _rebind(_ORIGINAL["convert_to_numpy"], convert_to_numpy)

@@ -1,0 +1,364 @@
+"""Keras 3 on torch through parity: behaviour checks, run in one subprocess.
+
+``KERAS_BACKEND`` must be set before keras is imported, so
+``tests/test_keras_torch.py`` runs this file with ``KERAS_BACKEND=torch`` and
+reads one line per check: ``CHECK <name> ok`` or ``CHECK <name> FAIL <json
+traceback>``. ``python tests/keras_support/torch_checks.py [NAME ...]`` runs
+some or all of them by hand.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import tempfile
+import traceback
+import warnings
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+warnings.filterwarnings("ignore")
+
+import numpy as np  # noqa: E402
+
+import keras  # noqa: E402
+from keras import distribution as kd  # noqa: E402
+
+import parity  # noqa: E402
+from parity import torch_impl as ti  # noqa: E402
+
+CHECKS = []
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+def spec(x):
+    return tuple(tuple(e) for e in ti.describe(x.value if hasattr(x, "value") else x).spec)
+
+
+def mesh24():
+    return kd.DeviceMesh((2, 4), ("batch", "model"), kd.list_devices())
+
+
+def mp_distribution():
+    layout_map = kd.LayoutMap(mesh24())
+    layout_map["d1/kernel"] = (None, "model")
+    layout_map["d1/bias"] = ("model",)
+    layout_map["d2/kernel"] = ("model", None)
+    return kd.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+
+
+def mlp(compile_kwargs=None):
+    inputs = keras.Input((8,))
+    h = keras.layers.Dense(16, activation="relu", name="d1")(inputs)
+    outputs = keras.layers.Dense(4, name="d2")(h)
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer="adam", loss="mse", **(compile_kwargs or {}))
+    return model
+
+
+def data(n=32):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(n, 8)).astype("float32"), rng.normal(size=(n, 4)).astype("float32")
+
+
+# --- before install -----------------------------------------------------------
+
+
+def check_install_after_variables_raises():
+    distribution = kd.DataParallel(devices=["cpu:0"])
+    with distribution.scope():
+        v = keras.Variable(np.ones((2, 2), "float32"))
+    try:
+        ti.install_keras()
+    except parity.ParityError as err:
+        assert "install_keras()" in str(err) and "variable" in str(err), err
+    else:
+        raise AssertionError("install_keras() accepted a variable made under a distribution")
+    del v
+    gc.collect()
+    ti.install_keras()
+    ti.install_keras()  # idempotent
+
+
+# --- after install, on 8 simulated devices ------------------------------------
+
+
+@check
+def check_list_devices_and_count():
+    assert kd.list_devices() == [f"cpu:{i}" for i in range(8)], kd.list_devices()
+    assert kd.get_device_count() == 8
+    assert kd.list_devices("gpu") == []
+
+
+@check
+def check_backend_mesh_and_layout():
+    from torch.distributed.tensor import Replicate, Shard
+
+    mesh = mesh24()
+    torch_mesh = mesh.backend_mesh
+    assert tuple(torch_mesh.shape) == (2, 4) and torch_mesh.mesh_dim_names == ("batch", "model")
+    layout = kd.TensorLayout(("model", None), mesh)
+    assert layout.backend_layout.placements == (Replicate(), Shard(0))
+    assert ti._to_backend_layout(layout).spec == (("model",), ())
+    assert str(ti._to_backend_device("cpu:3")) == "cpu"
+    try:
+        ti._to_backend_layout(kd.TensorLayout(("model",)))
+    except ValueError as err:
+        assert "device mesh is not set" in str(err)
+    else:
+        raise AssertionError("no error for a layout without mesh")
+
+
+@check
+def check_distribute_tensor():
+    mesh = mesh24()
+    layout = kd.TensorLayout(("batch", "model"), mesh)
+    host = np.arange(64, dtype="float32").reshape(8, 8)
+    x = kd.distribute_tensor(host, layout)
+    assert spec(x) == (("batch",), ("model",))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(x), host)
+    assert tuple(ti.local_block(x, 5).shape) == (4, 2)
+    assert kd.distribute_tensor(x, layout) is x  # no relayout when unnecessary
+    y = kd.distribute_tensor(x, kd.TensorLayout((None, "batch"), mesh))
+    assert spec(y) == ((), ("batch",))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(y), host)
+    symbolic = keras.KerasTensor((8, 8))
+    assert kd.distribute_tensor(symbolic, layout) is symbolic
+    pair = kd.distribute_tensor((host, host), layout)
+    assert all(spec(p) == (("batch",), ("model",)) for p in pair)
+
+
+@check
+def check_distribute_data_input_jax_signature():
+    from keras.src.backend import distribution_lib as backend_dlib
+
+    mesh = mesh24()
+    layout = kd.TensorLayout(("batch", None), mesh)
+    host = np.arange(32, dtype="float32").reshape(16, 2)
+    x = backend_dlib.distribute_data_input(host, layout, "batch")
+    assert spec(x) == (("batch",), ())
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(x), host)
+    x = backend_dlib.distribute_data_input(host, layout.backend_layout, batch_dim_name="batch")
+    assert spec(x) == (("batch",), ())
+
+
+@check
+def check_initialize_validates_job_addresses():
+    try:
+        kd.initialize("10.0.0.1:1234,10.0.0.2:2345", num_processes=3, process_id=0)
+    except ValueError as err:
+        assert "has 2 jobs, but num_processes is 3" in str(err), err
+    else:
+        raise AssertionError("no error for 2 job addresses and num_processes=3")
+
+
+@check
+def check_variables_laid_out_and_sharded():
+    distribution = mp_distribution()
+    with distribution.scope():
+        model = mlp()
+    layouts = {v.path: spec(v) for v in model.weights}
+    assert layouts == {
+        "d1/kernel": ((), ("model",)), "d1/bias": (("model",),),
+        "d2/kernel": (("model",), ()), "d2/bias": ((),),
+    }, layouts
+    kernel = model.get_layer("d1").kernel
+    assert tuple(ti.local_block(kernel.value, 1).shape) == (8, 4)  # physically sharded
+    assert kernel.value.requires_grad
+    # One host draw: the global kernel is not 8 different random blocks.
+    full = kernel.numpy()
+    assert full.shape == (8, 16)
+    assert len({full[:, i * 4:(i + 1) * 4].tobytes() for i in range(4)}) == 4
+    assert all(w.shape == tuple(v.shape) for w, v in zip(model.get_weights(), model.weights))
+
+
+@check
+def check_assign_keeps_layout_outside_scope():
+    distribution = mp_distribution()
+    with distribution.scope():
+        model = mlp()
+    kernel = model.get_layer("d1").kernel
+    param = kernel.value
+    new = np.arange(128, dtype="float32").reshape(8, 16)
+    kernel.assign(new)  # outside the scope, from numpy
+    assert kernel.value is param
+    assert spec(kernel) == ((), ("model",))
+    np.testing.assert_array_equal(kernel.numpy(), new)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(kernel), new)
+    kernel.assign_add(np.ones((8, 16), "float32"))
+    np.testing.assert_array_equal(kernel.numpy(), new + 1)
+    model.set_weights([np.zeros(w.shape, "float32") for w in model.get_weights()])
+    assert spec(kernel) == ((), ("model",)) and not kernel.numpy().any()
+
+
+@check
+def check_fit_keeps_layouts_and_optimizer_slots():
+    distribution = mp_distribution()
+    x, y = data()
+    with distribution.scope():
+        model = mlp()
+        before = model.get_layer("d1").kernel.numpy()
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    assert not np.allclose(before, model.get_layer("d1").kernel.numpy())
+    assert spec(model.get_layer("d1").kernel) == ((), ("model",))
+    assert spec(model.get_layer("d2").kernel) == (("model",), ())
+    slots = {v.path.split("/")[-1]: spec(v) for v in model.optimizer.variables if len(v.shape)}
+    assert slots["d1_kernel_momentum"] == ((), ("model",)), slots
+    assert slots["d2_kernel_velocity"] == (("model",), ()), slots
+    # Another fit outside the scope keeps them too.
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    assert spec(model.get_layer("d1").kernel) == ((), ("model",))
+
+
+@check
+def check_load_weights_keeps_layout():
+    distribution = mp_distribution()
+    with distribution.scope():
+        model = mlp()
+    values = [np.full(w.shape, i, "float32") for i, w in enumerate(model.get_weights())]
+    model.set_weights(values)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.weights.h5")
+        model.save_weights(path)
+        with distribution.scope():
+            other = mlp()
+        other.load_weights(path)
+    assert spec(other.get_layer("d1").kernel) == ((), ("model",))
+    assert spec(other.get_layer("d2").kernel) == (("model",), ())
+    for a, b in zip(values, other.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+@check
+def check_layer_output_layout():
+    mesh = mesh24()
+    layout_map = kd.LayoutMap(mesh)
+    layout_map[".*dense.*output"] = (None, "model")
+    distribution = kd.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+    with distribution.scope():
+        inputs = keras.Input((8,))
+        outputs = keras.layers.Dense(16, name="my_dense")(inputs)
+        model = keras.Model(inputs, outputs)
+        x = kd.distribute_tensor(np.ones((8, 8), "float32"), kd.TensorLayout(("batch", None), mesh))
+        y = model(x)
+    assert spec(y) == ((), ("model",)), spec(y)
+
+
+@check
+def check_evaluate_reduces_across_replicas():
+    distribution = kd.DataParallel(devices=kd.list_devices())
+    x, y = data()
+    with distribution.scope():
+        model = mlp({"metrics": ["mae"]})
+        result = model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)
+        prediction = model.predict(x, batch_size=16, verbose=0)
+    assert prediction.shape == (32, 4), prediction.shape
+    np.testing.assert_allclose(result["loss"], np.mean((prediction - y) ** 2), rtol=1e-5)
+    np.testing.assert_allclose(result["mae"], np.mean(np.abs(prediction - y)), rtol=1e-5)
+
+
+@check
+def check_on_batch_methods():
+    distribution = kd.DataParallel(devices=kd.list_devices())
+    x, y = data(16)
+    with distribution.scope():
+        model = mlp()
+        loss = model.train_on_batch(x, y)
+        test_loss = model.test_on_batch(x, y)
+        prediction = model.predict_on_batch(x)
+    assert isinstance(prediction, np.ndarray) and prediction.shape == (16, 4)
+    assert np.isfinite(loss) and np.isfinite(test_loss)
+    np.testing.assert_allclose(test_loss, np.mean((prediction - y) ** 2), rtol=1e-5)
+
+
+@check
+def check_data_iterator_distributes_batches():
+    from keras.src.backend.torch import trainer as torch_trainer
+
+    distribution = kd.DataParallel(devices=kd.list_devices())
+    x, y = data(32)
+    with distribution.scope():
+        iterator = torch_trainer.TorchEpochIterator(x=x, y=y, batch_size=16)
+        batches = [b[0] for _, _, b in iterator]
+    assert len(batches) == 2
+    bx, by = batches[0][:2]
+    assert spec(bx) == (("batch",), ()) and spec(by) == (("batch",), ())
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(bx), x[:16])
+
+
+@check
+def check_jit_compile_runs():
+    distribution = mp_distribution()
+    x, y = data()
+    results = []
+    for jit in (False, True):
+        keras.utils.set_random_seed(0)
+        with distribution.scope():
+            model = mlp({"jit_compile": jit})
+            model.set_weights([np.full(w.shape, 0.1, "float32") for w in model.get_weights()])
+            history = model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+        results.append(history.history["loss"][-1])
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
+
+
+@check
+def check_transformer_megatron_layouts():
+    mesh = mesh24()
+    layout_map = kd.LayoutMap(mesh)
+    layout_map["mha/(query|key|value)/kernel"] = (None, "model", None)
+    layout_map["mha/attention_output/kernel"] = ("model", None, None)
+    distribution = kd.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+    with distribution.scope():
+        inputs = keras.Input((4, 8))
+        outputs = keras.layers.MultiHeadAttention(4, 2, name="mha")(inputs, inputs)
+        model = keras.Model(inputs, outputs)
+        model.compile(optimizer="sgd", loss="mse")
+        x = np.random.default_rng(0).normal(size=(16, 4, 8)).astype("float32")
+        model.fit(x, x, batch_size=16, verbose=0)
+    mha = model.get_layer("mha")
+    assert spec(mha._query_dense.kernel) == ((), ("model",), ())
+    assert spec(mha._output_dense.kernel) == (("model",), (), ())
+
+
+@check
+def check_no_distribution_still_plain():
+    from torch.distributed.tensor import DTensor
+
+    x, y = data()
+    model = mlp()
+    model.fit(x, y, batch_size=16, verbose=0)
+    assert not isinstance(model.get_layer("d1").kernel.value, DTensor)
+    assert model.predict(x, verbose=0).shape == (32, 4)
+
+
+def main(names):
+    selected = [c for c in CHECKS if not names or c.__name__ in names]
+    results = []
+    if not names or "check_install_after_variables_raises" in names:
+        results.append(_run(check_install_after_variables_raises))
+    else:
+        ti.install_keras()
+    with ti.simulate(8):
+        for fn in selected:
+            results.append(_run(fn))
+    results.append(_run(check_no_distribution_still_plain))  # outside simulate too
+    return results
+
+
+def _run(fn):
+    try:
+        fn()
+        line = f"CHECK {fn.__name__} ok"
+    except BaseException:  # noqa: BLE001 - report every failure
+        line = f"CHECK {fn.__name__} FAIL {json.dumps(traceback.format_exc())}"
+    print(line, flush=True)
+    return line
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

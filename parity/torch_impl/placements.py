@@ -57,8 +57,8 @@ def to_placements(
             used.add(name)
             mesh_dims.append(axis_names.index(name))
         for order, mesh_dim in enumerate(mesh_dims):
-            split = math.prod(
-                mesh_shape[m] for m in mesh_dims[:order] if m > mesh_dim
+            split = math.prod(  # a list: dynamo cannot trace prod(generator)
+                [mesh_shape[m] for m in mesh_dims[:order] if m > mesh_dim]
             )
             placements[mesh_dim] = (
                 Shard(dim) if split == 1 else _StridedShard(dim, split_factor=split)

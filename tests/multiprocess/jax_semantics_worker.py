@@ -3,6 +3,14 @@ sharded weights under ``jax_semantics()``, eager and under ``torch.compile``
 (backends named on the command line). Rank 0 prints one JSON line
 ``RESULT {...}`` with the losses and updated weights of each run.
 
+What compiles: the forward and the loss, as one graph with no graph break
+(``graphs``/``graph_breaks`` in the result); AOTAutograd compiles their
+backward with them, and ``loss.backward()`` runs that compiled backward. The
+optimizer update runs eagerly. ``PARITY_COMPILE_WHOLE_STEP=1`` compiles the
+whole step instead (dynamo breaks the graph at ``loss.backward()`` and then
+fails in DTensor's ``__tensor_unflatten__`` on the update, also without
+parity: ``PARITY_RAW=1``).
+
 torch.compile cannot run over simulated ranks (LocalTensorMode): dynamo fails
 inside DTensor's own redistribute planner there, with or without parity, so
 the compiled step is checked on real ranks.
@@ -60,9 +68,14 @@ def main() -> None:
         fn = torch.compile(step, backend=backend) if whole and backend != "eager" else step
         raw = os.environ.get("PARITY_RAW") == "1"  # plain DTensor, for comparison
         t = ti.distribute_tensor(target, L((None, None), mesh)) if raw else torch.from_numpy(target)
+        from torch._dynamo.utils import counters
+
+        counters.clear()
         with contextlib.nullcontext() if raw else ti.jax_semantics():
             loss = fn(x, t)
         results[backend] = {
+            "graphs": counters["stats"]["unique_graphs"],
+            "graph_breaks": sum(counters["graph_break"].values()),
             "loss": float(ti.to_numpy(loss)),
             "params": [ti.to_numpy(p).tolist() for p in params],
             "specs": [ti.describe(p).spec for p in params],

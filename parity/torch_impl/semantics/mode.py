@@ -20,6 +20,15 @@ mode on this thread's stack if none of ours is there, else only pushes the
 options; leaving pops them and removes the mode with the last one. The same
 object may be entered again (re-entrant), nested with other options, and
 used from several threads at once.
+
+Under ``torch.compile`` dynamo traces this mode (rules and all) into the
+graph, so the code here must not break the graph: a graph break inside
+``_run`` makes one resume function serve every op, dynamo recompiles it for
+each op's shapes and marks them dynamic, and AOTAutograd then fails on the
+symbolic DTensor shapes (RecursionError in ``proxy_tensor._compute_proxy``).
+Hence ``_name_of`` (a constant ``__name__``), ``is_leaf`` rather than
+``grad_fn`` (which dynamo cannot read), and lists rather than generators in
+``math.prod``.
 """
 
 from __future__ import annotations
@@ -136,10 +145,17 @@ def jax_semantics(defer: bool = False) -> JaxSemantics:
     return JaxSemantics(defer)
 
 
+@torch._dynamo.assume_constant_result
+def _name_of(func) -> str | None:
+    # Under torch.compile dynamo traces this mode; a function's ``__name__``
+    # must be a constant there, or every string test on it breaks the graph.
+    return getattr(func, "__name__", None)
+
+
 class _JaxSemanticsMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = getattr(func, "__name__", None)
+        name = _name_of(func)
         if name in _PASSTHROUGH:
             return func(*args, **kwargs)
         try:
@@ -181,7 +197,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh) -> Any:
         if partial and not keep_partial:
             t = pending.complete(t)
             partial = False
-        guard = grad and t.requires_grad and t.grad_fn is None
+        guard = grad and t.requires_grad and t.is_leaf  # not grad_fn: dynamo
         if spec is None or partial:
             return S.redistribute_to(t, S.spec_of(t), guard=True) if guard else t
         return S.redistribute_to(t, spec, guard=guard)

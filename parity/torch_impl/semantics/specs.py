@@ -57,7 +57,7 @@ def axis_sizes(mesh) -> dict[str, int]:
 
 
 def shard_count(names: Sequence[str], sizes: dict[str, int]) -> int:
-    return math.prod(sizes[n] for n in names)
+    return math.prod([sizes[n] for n in names])  # a list: dynamo cannot trace prod(generator)
 
 
 def fit_to_shape(spec: Spec, shape: Sequence[int], sizes: dict[str, int]) -> Spec:

@@ -57,7 +57,17 @@ def _initialize(self, value):
         with _no_local_mode():
             if not isinstance(value, torch.Tensor) or _is_local(value):
                 value = self._convert_to_tensor(kdl._host_value(value), dtype=self._dtype)
-            return _ORIGINAL["_initialize"](self, value)
+            if isinstance(value, torch.nn.Parameter) or _is_float(
+                self._convert_to_tensor(value, dtype=self._dtype).dtype
+            ):
+                return _ORIGINAL["_initialize"](self, value)
+            # Keras's torch Variable asks integer values for gradients (an
+            # error); JAX keeps them. A plain Parameter without grad.
+            from keras.src.backend.torch.core import get_device
+
+            tensor = self._convert_to_tensor(value, dtype=self._dtype)
+            self._value = torch.nn.Parameter(tensor, requires_grad=False).to(get_device())
+            return None
     from keras.src.backend.torch.core import to_torch_dtype
 
     if not isinstance(value, DTensor):

@@ -11,8 +11,8 @@
 * Steps, layer calls and the public trainer methods run inside
   ``mixing_context()``: plain tensors that meet DTensors count as replicated.
 * Callbacks run on the main thread while DTensors may reach their logs.
-* ``jit_compile=True`` compiles under torchrun; on simulated devices the
-  steps run eagerly (``torch.compile`` cannot trace ``LocalTensorMode``).
+* ``jit_compile=True`` runs the steps eagerly under a distribution (see
+  ``_should_torch_compile``); without one, torch.compile as usual.
 * Attention with DTensor operands uses torch's math SDPA kernel (DTensor has
   no sharding rule for the CPU flash kernel's backward).
 """
@@ -175,18 +175,18 @@ def _wrap_make(name):
 
 
 def _should_torch_compile(self):
-    """``torch.compile`` cannot trace DTensor programs over the simulated
-    ranks of ``LocalTensorMode`` (per-rank symbolic shapes): in ``simulate``
-    the steps run eagerly (same values); under torchrun they are compiled."""
-    from parity.torch_impl import runtime
-
-    if self.jit_compile and runtime.mode() == "simulated" and _distribution() is not None:
+    """Under a distribution the steps run eagerly (same values), with one
+    warning: ``torch.compile`` cannot trace DTensor programs over the
+    simulated ranks of ``LocalTensorMode`` (per-rank symbolic shapes), and
+    under torchrun AOTAutograd fails in the backward of a graph-broken Keras
+    step ("Expected a DTensor tangent but got a plain Tensor", torch 2.13)."""
+    if self.jit_compile and _distribution() is not None:
         if not getattr(_state, "warned_jit", False):
             import warnings
 
             warnings.warn(
-                "parity: jit_compile=True runs eagerly on simulated devices "
-                "(torch.compile cannot trace LocalTensorMode); it compiles under torchrun.",
+                "parity: jit_compile=True runs eagerly under a keras.distribution "
+                "on torch (torch.compile does not handle these DTensor steps yet).",
                 stacklevel=2,
             )
             _state.warned_jit = True

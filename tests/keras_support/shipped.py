@@ -31,7 +31,7 @@ SHIPPED_BOTH = [
     "trainers/data_adapters/data_adapter_utils_test.py",
 ]
 # Tests of JAX internals (jax.sharding types, jax.jit, jax.distributed):
-# run on JAX for the tally, excluded on torch (see docs/keras.md).
+# run on JAX for the tally, excluded on torch (see the README (Keras section)).
 SHIPPED_JAX_ONLY = [
     "backend/jax/distribution_lib_test.py",
     "backend/jax/trainer_test.py",

@@ -44,7 +44,7 @@ def all_gather_block(block: torch.Tensor, axis: int, mesh: TorchMesh, mesh_dim: 
     size = mesh.size(mesh_dim)
     moved = block if axis == 0 else block.movedim(axis, 0).contiguous()
     out = moved.new_empty((size * moved.shape[0],) + tuple(moved.shape[1:]))
-    dist.all_gather_into_tensor(out, moved, group=mesh.get_group(mesh_dim))
+    dist.all_gather_single(out, moved, group=mesh.get_group(mesh_dim))
     if axis == 0:
         return out
     # out holds the group's blocks stacked on dim 0 (each moved); put them on ``axis``.
@@ -63,7 +63,7 @@ def reduce_scatter_block(
     size = mesh.size(mesh_dim)
     moved = block if axis == 0 else block.movedim(axis, 0).contiguous()
     out = moved.new_empty((moved.shape[0] // size,) + tuple(moved.shape[1:]))
-    dist.reduce_scatter_tensor(out, moved, _DIST_OPS[op], group=mesh.get_group(mesh_dim))
+    dist.reduce_scatter_single(out, moved, _DIST_OPS[op], group=mesh.get_group(mesh_dim))
     if op == "mean":
         out.div_(size)
     return out if axis == 0 else out.movedim(0, axis).contiguous()

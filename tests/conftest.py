@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
+
+# Tests that drive Keras on both backends need the keras, jax and torch extras.
+needs_keras_extra = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("keras", "jax", "torch")),
+    reason="needs the keras extra",
+)
 
 MESHES = {
     "8": ((8,), ("x",)),

@@ -20,15 +20,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import importlib.util
 
 import pytest
+from conftest import needs_keras_extra
 
 pytestmark = [
-    pytest.mark.skipif(
-        any(importlib.util.find_spec(m) is None for m in ("keras", "jax", "torch")),
-        reason="needs the keras extra",
-    ),
+    needs_keras_extra,
     pytest.mark.timeout(900),
 ]
 ROOT = Path(__file__).resolve().parents[1]

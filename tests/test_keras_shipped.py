@@ -7,7 +7,6 @@ in the README (Keras section), with the reason).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,12 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_keras_extra
 
 pytestmark = [
-    pytest.mark.skipif(
-        any(importlib.util.find_spec(m) is None for m in ("keras", "jax", "torch")),
-        reason="needs the keras extra",
-    ),
+    needs_keras_extra,
     pytest.mark.timeout(600),
 ]
 ROOT = Path(__file__).resolve().parents[1]

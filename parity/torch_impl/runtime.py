@@ -290,12 +290,18 @@ def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
     return cached
 
 
+def mesh_axis_names(torch_mesh: TorchMesh) -> tuple[str, ...]:
+    """The axis names of a torch ``DeviceMesh`` (``dim0``, ``dim1``... if unnamed)."""
+    names = torch_mesh.mesh_dim_names
+    return tuple(names) if names else tuple(f"dim{i}" for i in range(torch_mesh.ndim))
+
+
 def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
     """The parity mesh of a torch ``DeviceMesh`` (axis names ``dim0``... if unnamed)."""
     cached = _parity_mesh_cache.get(id(torch_mesh))
     if cached is not None and cached[0] is torch_mesh:
         return cached[1]
-    names = torch_mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(torch_mesh.ndim))
+    names = mesh_axis_names(torch_mesh)
     kind = _parity_device_kind(torch_mesh.device_type)
     ranks = torch_mesh.mesh.cpu().numpy()
     devices = np.array([f"{kind}:{r}" for r in ranks.flat], dtype=object).reshape(ranks.shape)

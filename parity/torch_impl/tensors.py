@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -71,11 +72,18 @@ def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
+@functools.lru_cache(maxsize=8192)
+def _cached_spec(placements: tuple, ndim: int, mesh_shape: tuple, names: tuple):
+    return to_spec(placements, ndim, mesh_shape, names)
+
+
 def spec_of(x: DTensor) -> tuple[Spec, tuple[str, ...]]:
-    """``(spec, pending_axes)`` of a DTensor."""
+    """``(spec, pending_axes)`` of a DTensor (cached: it runs on every op
+    under ``jax_semantics``)."""
     mesh = x.device_mesh
-    names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
-    return to_spec(x.placements, x.ndim, tuple(mesh.shape), names)
+    return _cached_spec(
+        tuple(x.placements), x.ndim, tuple(mesh.shape), runtime.mesh_axis_names(mesh)
+    )
 
 
 def resolve_pending(x: DTensor) -> DTensor:

@@ -16,22 +16,18 @@ from __future__ import annotations
 import weakref
 
 import torch
-from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor import DTensor
 
 from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.tensors import resolve_pending
 
 # Deferred tensors carry this attribute; describe/to_local look for it.
 DEFERRED_ATTR = "_parity_deferred"
 _deferred: "weakref.WeakSet[DTensor]" = weakref.WeakSet()
 
 
-def complete(x: DTensor) -> DTensor:
-    """``x`` with every pending reduction completed (replicated on that axis)."""
-    if not S.has_partial(x):
-        return x
-    return x.redistribute(
-        x.device_mesh, [Replicate() if isinstance(p, Partial) else p for p in x.placements]
-    )
+# ``x`` with every pending reduction completed (replicated on that axis).
+complete = resolve_pending
 
 
 def mark_deferred(x: DTensor) -> DTensor:

@@ -15,17 +15,9 @@ from collections.abc import Sequence
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from parity.layout import Spec
-from parity.torch_impl.placements import to_placements, to_spec
-
-
-def mesh_names(mesh) -> tuple[str, ...]:
-    names = mesh.mesh_dim_names
-    return tuple(names) if names else tuple(f"dim{i}" for i in range(mesh.ndim))
-
-
-@functools.lru_cache(maxsize=8192)
-def _to_spec(placements, ndim, mesh_shape, names):
-    return to_spec(placements, ndim, mesh_shape, names)
+from parity.torch_impl.placements import to_placements
+from parity.torch_impl.runtime import mesh_axis_names
+from parity.torch_impl.tensors import spec_of as spec_of_dtensor
 
 
 @functools.lru_cache(maxsize=8192)
@@ -33,19 +25,16 @@ def _to_placements(spec, mesh_shape, names):
     return to_placements(spec, mesh_shape, names)
 
 
-def spec_and_pending(x: DTensor) -> tuple[Spec, tuple[str, ...]]:
-    """``(spec, pending_axes)`` of a DTensor."""
-    mesh = x.device_mesh
-    return _to_spec(tuple(x.placements), x.ndim, tuple(mesh.shape), mesh_names(mesh))
+spec_and_pending = spec_of_dtensor  # ``(spec, pending_axes)`` of a DTensor
 
 
 def spec_of(x: DTensor) -> Spec:
-    return spec_and_pending(x)[0]
+    return spec_of_dtensor(x)[0]
 
 
 def placements_for(spec: Spec, mesh) -> tuple:
     """DTensor placements of ``spec`` on a torch ``DeviceMesh``."""
-    return _to_placements(tuple(tuple(n) for n in spec), tuple(mesh.shape), mesh_names(mesh))
+    return _to_placements(tuple(tuple(n) for n in spec), tuple(mesh.shape), mesh_axis_names(mesh))
 
 
 def has_partial(x: DTensor) -> bool:
@@ -53,7 +42,7 @@ def has_partial(x: DTensor) -> bool:
 
 
 def axis_sizes(mesh) -> dict[str, int]:
-    return dict(zip(mesh_names(mesh), mesh.shape))
+    return dict(zip(mesh_axis_names(mesh), mesh.shape))
 
 
 def shard_count(names: Sequence[str], sizes: dict[str, int]) -> int:

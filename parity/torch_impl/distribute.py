@@ -139,7 +139,7 @@ def to_numpy(x: Any) -> np.ndarray:
     """
     if isinstance(x, DTensor):
         full = resolve_pending(x).full_tensor()
-        x = _one_rank(full)
+        x = first_rank_value(full)
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu()
         if x.dtype == torch.bfloat16:
@@ -150,8 +150,9 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def _one_rank(t: torch.Tensor) -> torch.Tensor:
-    """A plain tensor from a replicated value (rank 0's copy when simulated)."""
+def first_rank_value(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor from a value every rank holds alike (the lowest rank's
+    copy of a simulated ``LocalTensor``; a plain tensor as it is)."""
     local_tensors = getattr(t, "_local_tensors", None)
     if local_tensors is not None:
         return local_tensors[min(local_tensors)]

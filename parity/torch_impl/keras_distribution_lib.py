@@ -197,13 +197,8 @@ def _distribute_one(x, layout):
 def _host_value(x):
     """A plain host value from a plain tensor, or from a ``LocalTensor``
     whose ranks hold equal values (values Keras builds inside ``simulate``)."""
-    local_tensors = getattr(x, "_local_tensors", None)
-    if local_tensors is not None:
-        from torch.distributed._local_tensor import maybe_disable_local_tensor_mode
-
-        with maybe_disable_local_tensor_mode():
-            first = local_tensors[min(local_tensors)]
-            return first
+    if getattr(x, "_local_tensors", None) is not None:
+        return _dist.first_rank_value(x)
     if hasattr(x, "__array__") and not isinstance(x, (torch.Tensor, np.ndarray)):
         return np.asarray(x)
     return x

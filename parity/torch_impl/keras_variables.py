@@ -21,9 +21,10 @@ import sys
 
 import numpy as np
 import torch
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor
 
 from parity.torch_impl import keras_distribution_lib as kdl
+from parity.torch_impl.distribute import all_gather_variable
 
 _ORIGINAL: dict[str, object] = {}
 
@@ -107,8 +108,7 @@ def _direct_assign(self, value):
     if isinstance(value, DTensor) and not isinstance(current, DTensor):
         # A plain variable (made outside the scope) updated from distributed
         # values: keep the full value.
-        value = value.redistribute(value.device_mesh, [Replicate()] * value.device_mesh.ndim)
-        value = kdl._host_value(value.to_local())
+        value = kdl._host_value(all_gather_variable(value).to_local())
     elif _is_local(value) and not _is_local(current):
         value = kdl._host_value(value)
     with torch.no_grad():

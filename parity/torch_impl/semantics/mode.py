@@ -158,10 +158,7 @@ class _JaxSemanticsMode(TorchFunctionMode):
         name = _name_of(func)
         if name in _PASSTHROUGH:
             return func(*args, **kwargs)
-        try:
-            mesh = operands.find_mesh(args, kwargs)
-        except Exception:
-            raise
+        mesh = operands.find_mesh(args, kwargs)
         if mesh is None:
             return func(*args, **kwargs)
         return _run(func, name or "", args, kwargs, mesh)

@@ -28,38 +28,24 @@ from typing import Any
 import jax
 from jax import lax
 
-from parity.errors import LayoutError, ShardingError
+from parity.collective_args import (
+    check_axis,
+    check_axis_name,
+    check_op,
+    scattered_spec,
+)
+from parity.errors import ShardingError
 from parity.jax_ref.distribute import require_distributed
 from parity.jax_ref.meshes import spec_of, to_partition_spec
 from parity.layout import Spec, spec_without_axis
 
-REDUCE_OPS = ("sum", "mean", "max", "min")
 _ALL_REDUCE = {"sum": lax.psum, "mean": lax.pmean, "max": lax.pmax, "min": lax.pmin}
-
-
-def _check_op(op: str, what: str) -> str:
-    if not isinstance(op, str) or op not in REDUCE_OPS:
-        raise LayoutError(f"{what}: op={op!r} is not one of {REDUCE_OPS}.")
-    return op
-
-
-def _check_axis(axis: int, ndim: int, what: str) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
-        raise LayoutError(
-            f"{what}: axis={axis!r} is out of range for an array of rank {ndim}; "
-            f"choose an int in [{-ndim}, {ndim})."
-        )
-    return axis % ndim
 
 
 def _prepare(x: Any, axis_name: Any, what: str) -> tuple[jax.Array, Spec]:
     x = require_distributed(x, what)
-    names = tuple(x.sharding.mesh.axis_names)
-    if axis_name not in names:
-        raise LayoutError(
-            f"{what}: axis_name={axis_name!r} is not a mesh axis; the mesh axes "
-            f"are {names} with shape {tuple(x.sharding.mesh.devices.shape)}."
-        )
+    mesh = x.sharding.mesh
+    check_axis_name(axis_name, mesh.axis_names, mesh.devices.shape, what)
     return x, spec_of(x.sharding.spec, x.ndim)
 
 
@@ -86,7 +72,7 @@ def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None) -> jax.Arr
     Raises ``LayoutError`` for an op or axis name that is not valid,
     ``ParityError`` when ``x`` is not distributed.
     """
-    _check_op(op, "all_reduce")
+    check_op(op, "all_reduce")
     x, spec = _prepare(x, axis_name, "all_reduce")
     body = _body("all_reduce", op, axis_name, 0, 1)
     return _spmd(x.sharding.mesh, spec, spec_without_axis(spec, axis_name), body)(x)
@@ -101,7 +87,7 @@ def all_gather(x: Any, axis: int, axis_name: str) -> jax.Array:
     not distributed.
     """
     x, spec = _prepare(x, axis_name, "all_gather")
-    axis = _check_axis(axis, x.ndim, "all_gather")
+    axis = check_axis(axis, x.ndim, "all_gather")
     body = _body("all_gather", "sum", axis_name, axis, 1)
     return _spmd(x.sharding.mesh, spec, spec_without_axis(spec, axis_name), body)(x)
 
@@ -115,9 +101,9 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> jax.Ar
     when the block's dim ``axis`` does not divide by the axis size, and
     ``ParityError`` when ``x`` is not distributed.
     """
-    _check_op(op, "reduce_scatter")
+    check_op(op, "reduce_scatter")
     x, spec = _prepare(x, axis_name, "reduce_scatter")
-    axis = _check_axis(axis, x.ndim, "reduce_scatter")
+    axis = check_axis(axis, x.ndim, "reduce_scatter")
     mesh = x.sharding.mesh
     size = mesh.shape[axis_name]
     block = x.shape[axis] // max(1, _shard_count(mesh, spec[axis]))
@@ -127,8 +113,7 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> jax.Ar
             f"(global {x.shape[axis]}), which does not divide by the size {size} "
             f"of mesh axis {axis_name!r}."
         )
-    out_spec = list(spec_without_axis(spec, axis_name))
-    out_spec[axis] = out_spec[axis] + (axis_name,)
+    out_spec = scattered_spec(spec, axis, axis_name)
     body = _body("reduce_scatter", op, axis_name, axis, size)
     return _spmd(mesh, spec, tuple(out_spec), body)(x)
 

@@ -13,7 +13,13 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from parity.errors import LayoutError, ShardingError
+from parity.collective_args import (
+    check_axis,
+    check_axis_name,
+    check_op,
+    scattered_spec,
+)
+from parity.errors import ShardingError
 from parity.layout import Spec, TensorLayout, spec_without_axis
 from parity.torch_impl import runtime
 from parity.torch_impl.distribute import _require_dtensor
@@ -25,15 +31,6 @@ from parity.torch_impl.tensors import (
     spec_of,
 )
 
-REDUCE_OPS = ("sum", "mean", "max", "min")
-
-
-def _check_op(op: str) -> str:
-    if not isinstance(op, str) or op not in REDUCE_OPS:
-        raise LayoutError(f"Reduction op {op!r} is not one of {sorted(REDUCE_OPS)}.")
-    return op
-
-
 def _floating_for_mean(local: torch.Tensor, op: str) -> torch.Tensor:
     # lax.pmean of integers is float32; so is parity's.
     if op == "mean" and not (local.is_floating_point() or local.is_complex()):
@@ -43,22 +40,10 @@ def _floating_for_mean(local: torch.Tensor, op: str) -> torch.Tensor:
 
 def _prepare(x: Any, axis_name: str, what: str) -> tuple[DTensor, Spec, int]:
     x = resolve_pending(_require_dtensor(x, what))
-    names = x.device_mesh.mesh_dim_names or ()
-    if axis_name not in names:
-        raise LayoutError(
-            f"{what}: axis_name={axis_name!r} is not a mesh axis; the mesh axes are "
-            f"{tuple(names)}."
-        )
+    mesh = x.device_mesh
+    mesh_dim = check_axis_name(axis_name, runtime.mesh_axis_names(mesh), mesh.shape, what)
     spec, _ = spec_of(x)
-    return x, spec, names.index(axis_name)
-
-
-def _check_axis(axis: int, ndim: int, what: str) -> int:
-    if not isinstance(axis, int) or not -ndim <= axis < ndim:
-        raise LayoutError(
-            f"{what}: axis={axis!r} is out of range for a tensor of rank {ndim}."
-        )
-    return axis % ndim
+    return x, spec, mesh_dim
 
 
 def _wrap(local: torch.Tensor, x: DTensor, out_spec: Spec) -> DTensor:
@@ -74,7 +59,7 @@ def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None) -> DTensor
     Raises ``LayoutError`` for an unknown axis or op, ``ParityError`` for a
     tensor that is not distributed.
     """
-    _check_op(op)
+    check_op(op, "all_reduce")
     x, spec, mesh_dim = _prepare(x, axis_name, "all_reduce")
     local = all_reduce_block(_floating_for_mean(x.to_local(), op), op, x.device_mesh, mesh_dim)
     return _wrap(local, x, spec_without_axis(spec, axis_name))
@@ -87,7 +72,7 @@ def all_gather(x: Any, axis: int, axis_name: str) -> DTensor:
     Raises ``LayoutError`` for an unknown axis name or an axis out of range.
     """
     x, spec, mesh_dim = _prepare(x, axis_name, "all_gather")
-    axis = _check_axis(axis, x.ndim, "all_gather")
+    axis = check_axis(axis, x.ndim, "all_gather")
     local = all_gather_block(x.to_local(), axis, x.device_mesh, mesh_dim)
     return _wrap(local, x, spec_without_axis(spec, axis_name))
 
@@ -101,9 +86,9 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> DTenso
     range, and ``ShardingError`` when the block's ``axis`` does not divide by
     the axis size.
     """
-    _check_op(op)
+    check_op(op, "reduce_scatter")
     x, spec, mesh_dim = _prepare(x, axis_name, "reduce_scatter")
-    axis = _check_axis(axis, x.ndim, "reduce_scatter")
+    axis = check_axis(axis, x.ndim, "reduce_scatter")
     local = _floating_for_mean(x.to_local().contiguous(), op)
     size = x.device_mesh.size(mesh_dim)
     block = int(local.shape[axis])
@@ -113,6 +98,4 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> DTenso
             f"which does not divide by the size {size} of mesh axis {axis_name!r}."
         )
     local = reduce_scatter_block(local, op, axis, x.device_mesh, mesh_dim)
-    out_spec = list(spec_without_axis(spec, axis_name))
-    out_spec[axis] = out_spec[axis] + (axis_name,)
-    return _wrap(local, x, tuple(out_spec))
+    return _wrap(local, x, scattered_spec(spec, axis, axis_name))

@@ -13,6 +13,8 @@ redistribute planner (``LocalIntNode`` has no ``expr`` /
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,9 +44,13 @@ def reference_step():
 
 
 def run(*backends):
-    output = run_torchrun("jax_semantics_worker.py", nproc=4, timeout=600, args=backends)
-    line = next(l for l in output.splitlines() if l.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    with tempfile.TemporaryDirectory() as tmp:
+        result_file = Path(tmp) / "result.json"
+        run_torchrun(
+            "jax_semantics_worker.py", nproc=4, timeout=600, args=backends,
+            env={"PARITY_RESULT_FILE": str(result_file)},
+        )
+        return json.loads(result_file.read_text())
 
 
 def check(result, loss, params):

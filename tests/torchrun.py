@@ -10,12 +10,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_torchrun(script: str, nproc: int = 4, timeout: float = 180, args: tuple = ()) -> str:
+def run_torchrun(
+    script: str, nproc: int = 4, timeout: float = 180, args: tuple = (), env: dict | None = None
+) -> str:
     """Run ``tests/multiprocess/<script>`` on ``nproc`` local ranks; return its output.
 
-    Raises ``AssertionError`` with the output when any rank fails.
+    ``env`` adds variables to the ranks' environment. Raises ``AssertionError``
+    with the output when any rank fails.
     """
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **(env or {}))
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc_per_node={nproc}", str(ROOT / "tests" / "multiprocess" / script), *args,

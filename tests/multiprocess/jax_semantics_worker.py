@@ -1,7 +1,9 @@
 """Run under torchrun with 4 gloo ranks: one training step of an MLP with
 sharded weights under ``jax_semantics()``, eager and under ``torch.compile``
-(backends named on the command line). Rank 0 prints one JSON line
-``RESULT {...}`` with the losses and updated weights of each run.
+(backends named on the command line). Rank 0 writes the losses and updated
+weights of each run as JSON to the file named by ``PARITY_RESULT_FILE`` (a
+file, not stdout: torchrun's ranks share one stdout pipe, where a long line
+from one rank can interleave with another rank's output).
 
 What compiles: the forward and the loss, as one graph with no graph break
 (``graphs``/``graph_breaks`` in the result); AOTAutograd compiles their
@@ -82,7 +84,8 @@ def main() -> None:
             "grad_specs": [ti.describe(p.grad).spec for p in params],
         }
     if ti.process_id() == 0:
-        print("RESULT " + json.dumps(results), flush=True)
+        with open(os.environ["PARITY_RESULT_FILE"], "w") as f:
+            json.dump(results, f)
     print(f"rank {ti.process_id()}: ok", flush=True)
 
 

@@ -1,0 +1,74 @@
+"""Calls the mode has already proven need nothing from it.
+
+Most ops in a training step -- elementwise ops on equal layouts, a matmul
+whose contracting dims are replicated -- need no reshard, leave no pending
+reduction and already come out with JAX's placement: the mode's work for
+them is pure overhead. Whether a call is such a *clean* call depends only on
+what DTensor's own sharding propagation sees: the function, each DTensor's
+``DTensorSpec`` (mesh, placements, shape, stride, dtype), the non-tensor
+arguments, grad mode, whether a DTensor is a leaf that requires grad (those
+always go through ``redistribute``), and the scope's ``defer`` option. The
+first call with a given signature runs the whole rule; if nothing moved, the
+signature is remembered and later calls run the op directly.
+
+A signature is only formed from DTensors, Python scalars, strings, dtypes,
+devices, ``None`` and lists, tuples and ``torch.Size`` of those. A call with a plain tensor, a
+numpy array or anything else has no signature and always takes the full path.
+Scalars are keyed by type and value (``1``, ``1.0`` and ``True`` differ).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor
+
+_LIMIT = 8192  # signatures kept; the cache is emptied when it fills
+_KEYED = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device,
+                    torch.memory_format, torch.layout})
+CLEAN: dict[tuple, bool] = {}  # signatures of clean calls (read by the mode)
+
+
+def signature(func: Any, args: tuple, kwargs: dict, defer: bool) -> tuple | None:
+    """What decides the mode's work for this call, or ``None`` when some
+    argument cannot be keyed (the call then always takes the full path)."""
+    grad = torch.is_grad_enabled()
+    parts: list = [func, grad, defer]
+    for value in args:
+        if not _add(parts, value, grad):
+            return None
+    for name, value in kwargs.items():
+        parts.append(name)
+        if not _add(parts, value, grad):
+            return None
+    return tuple(parts)
+
+
+def _add(parts: list, value: Any, grad: bool) -> bool:
+    kind = type(value)
+    if kind in _KEYED:
+        parts.append(kind)
+        parts.append(value)
+        return True
+    if isinstance(value, DTensor):
+        parts.append(value._spec)
+        parts.append(grad and value.requires_grad and value.is_leaf)
+        return True
+    if kind is tuple or kind is list or kind is torch.Size:
+        parts.append(kind)
+        parts.append(len(value))
+        return all(_add(parts, v, grad) for v in value)
+    return False
+
+
+def remember(key: tuple) -> None:
+    """Record ``key`` as a call that needed no reshard and no completion."""
+    if len(CLEAN) >= _LIMIT:
+        CLEAN.clear()
+    CLEAN[key] = True
+
+
+def forget_all() -> None:
+    """Empty the cache (tests; a changed rule set)."""
+    CLEAN.clear()

@@ -1,0 +1,133 @@
+"""``jax_semantics()``'s fast path: a call already proven clean (no reshard,
+no pending reduction, output already as JAX lays it out) runs the op
+directly, and nothing else ever does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import parity
+from parity import torch_impl as ti
+from parity.torch_impl.semantics import fast_path, rules
+
+L = parity.TensorLayout
+
+
+def host(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture
+def mesh(sim8):
+    fast_path.forget_all()
+    yield parity.DeviceMesh((2, 4), ("data", "model"))
+    fast_path.forget_all()
+
+
+@pytest.fixture
+def rule_calls(monkeypatch):
+    calls = []
+    real = rules.plan_for
+
+    def counting(name, *args, **kwargs):
+        calls.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(rules, "plan_for", counting)
+    return calls
+
+
+def put(array, spec, mesh, requires_grad=False):
+    out = ti.distribute_tensor(array, L(spec, mesh))
+    return out.requires_grad_() if requires_grad else out
+
+
+def test_a_repeated_clean_call_runs_the_rule_once(mesh, rule_calls):
+    a, b = host((8, 16), 1), host((8, 16), 2)
+    x, y = put(a, ("data", "model"), mesh), put(b, ("data", "model"), mesh)
+    with ti.jax_semantics():
+        outs = [x + y for _ in range(3)]
+    assert rule_calls.count("add") == 1
+    for out in outs:
+        assert ti.describe(out).spec == (("data",), ("model",))
+        np.testing.assert_allclose(ti.to_numpy(out), a + b)
+
+
+def test_a_call_that_reshards_takes_the_rule_every_time(mesh, rule_calls):
+    """A contraction over a sharded dim: JAX completes the reduction, so the
+    mode always works and the output is never a pending sum."""
+    a, b = host((8, 16), 1), host((16, 4), 2)
+    x, w = put(a, ("data", "model"), mesh), put(b, ("model", None), mesh)
+    with ti.jax_semantics():
+        outs = [x @ w for _ in range(3)]
+    assert rule_calls.count("matmul") == 3
+    for out in outs:
+        assert not any(p.is_partial() for p in out.placements)
+        np.testing.assert_allclose(ti.to_numpy(out), a @ b, rtol=1e-5, atol=1e-5)
+
+
+OPS = {
+    "add": lambda p, q: p + q,
+    "mul_scalar": lambda p, q: p * 2.0,
+    "mul_int": lambda p, q: p * 2,
+    "relu": lambda p, q: torch.relu(p),
+    "sum0": lambda p, q: p.sum(0),
+    "sum1_keepdim": lambda p, q: p.sum(1, keepdim=True),
+    "transpose": lambda p, q: p.t(),
+    "reshape": lambda p, q: p.reshape(4, 32),
+    "softmax": lambda p, q: torch.softmax(p, dim=-1),
+    "where": lambda p, q: torch.where(p > 0, p, q),
+}
+SPECS = [("data", "model"), ("data", None), (None, "model"), ("model", "data"), (None, None)]
+
+
+def test_cached_and_uncached_results_agree_over_layouts(mesh):
+    """Every op on every pair of layouts, run twice in a shuffled order
+    (the second run hits the cache wherever the first was clean): same
+    placement and values as with the cache emptied before each call."""
+    a, b = host((8, 16), 1), host((8, 16), 2)
+    calls = [(op, sp, sq) for op in OPS for sp in SPECS for sq in SPECS]
+    order = np.random.default_rng(0).permutation(len(calls) * 2) % len(calls)
+
+    def outcome(op, sp, sq):
+        with ti.jax_semantics():
+            out = OPS[op](put(a, sp, mesh), put(b, sq, mesh))
+        return ti.describe(out), ti.to_numpy(out)
+
+    expected = {}
+    for call in calls:
+        fast_path.forget_all()
+        expected[call] = outcome(*call)
+    fast_path.forget_all()
+    for i in order:
+        got_placement, got_value = outcome(*calls[i])
+        want_placement, want_value = expected[calls[i]]
+        assert got_placement == want_placement, calls[i]
+        np.testing.assert_allclose(got_value, want_value, rtol=1e-6, err_msg=str(calls[i]))
+    assert fast_path.CLEAN, "no call was ever clean: the fast path is not used"
+
+
+def test_a_leaf_weight_keeps_its_gradient_placement_on_repeated_steps(mesh):
+    a, b = host((8, 16), 1), host((16, 32), 2)
+    x = put(a, ("data", None), mesh)
+    w = put(b, (None, "model"), mesh, requires_grad=True)
+    for _ in range(3):
+        w.grad = None
+        with ti.jax_semantics():
+            (torch.relu(x @ w) * 0.5).sum().backward()
+        assert ti.describe(w.grad).spec == ((), ("model",))
+        np.testing.assert_allclose(
+            ti.to_numpy(w.grad), a.T @ (0.5 * (a @ b > 0)), rtol=1e-5, atol=1e-5)
+
+
+def test_signatures_tell_scalar_types_and_options_apart(mesh):
+    x = put(host((8, 16)), ("data", "model"), mesh)
+    keys = {
+        fast_path.signature(torch.mul, (x, value), {}, defer)
+        for value in (2, 2.0, True) for defer in (False, True)
+    }
+    assert len(keys) == 6
+    assert fast_path.signature(torch.mul, (x, torch.ones(16)), {}, False) is None
+    assert fast_path.signature(torch.mul, (x, np.ones(16)), {}, False) is None

@@ -86,6 +86,14 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity where the OS tells)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def machine() -> dict[str, Any]:
     """What the figures came from."""
     info: dict[str, Any] = {
@@ -94,10 +102,7 @@ def machine() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "cpu": _cpu_name(),
     }
-    try:
-        info["affinity_cpus"] = len(os.sched_getaffinity(0))
-    except AttributeError:
-        pass
+    info["affinity_cpus"] = usable_cpus()
     try:
         import torch
 

@@ -45,15 +45,30 @@ def cases(ti, mesh):
     a, b = put(("data", "model"), seed=1), put(("data", "model"), seed=2)
     rows_sharded, cols_sharded = put(("data", None), seed=3), put((None, "model"), seed=4)
     contract_l, contract_r = put(("data", "model"), seed=5), put(("model", None), seed=6)
+    big = 4 * N
+    a_big, b_big = (put(("data", "model"), (big, big), seed=s) for s in (7, 8))
     return {
         # no communication under either
         "add, equal layouts": (lambda: a + b, GOAL),
         "relu(a * b), equal layouts": (lambda: torch.relu(a * b), GOAL),
+        f"add, equal layouts, {big}x{big}": (lambda: a_big + b_big, GOAL),
         "matmul (data,None)@(None,model)": (lambda: rows_sharded @ cols_sharded, GOAL),
         # JAX completes a reduction DTensor leaves pending
         "matmul (data,model)@(model,None)": (lambda: contract_l @ contract_r, None),
         "sum over a sharded dim": (lambda: a.sum(dim=1), None),
     }
+
+
+def calls_per_sample(fn, cfg: dict) -> int:
+    """Calls per timed sample: enough for ``cfg["op_sample_s"]`` seconds of
+    the raw op (at least ``cfg["op_iters"]``), the same on every rank."""
+    import time
+
+    start = time.perf_counter()
+    for _ in range(5):
+        fn()
+    per_call = rank_max([(time.perf_counter() - start) / 5])[0]
+    return max(cfg["op_iters"], min(20000, int(cfg.get("op_sample_s", 0) / per_call)))
 
 
 def on_rank(cfg: dict) -> list[Row]:
@@ -65,7 +80,7 @@ def on_rank(cfg: dict) -> list[Row]:
     world = dist.get_world_size()
     mesh = parity.DeviceMesh((world // 2, 2), ("data", "model"))
     ops = cases(ti, mesh)
-    label = f"{N}x{N} f32, {world} gloo ranks"
+    label = f"{N}x{N} f32 unless stated, {world} gloo ranks"
     if scope is None:
         return [unavailable("jax_semantics", f"{name} ({label})", why) for name in ops]
     rows = []
@@ -78,9 +93,12 @@ def on_rank(cfg: dict) -> list[Row]:
                             status=f"error: {type(err).__name__}: {err}"[:200]))
             dist.barrier()
             continue
-        p, r = timed_pairs(fn, fn, iters=cfg["op_iters"], repeats=cfg["repeats"],
+        iters = calls_per_sample(fn, cfg)
+        repeats = cfg.get("op_repeats", cfg["repeats"])
+        p, r = timed_pairs(fn, fn, iters=iters, repeats=repeats,
                            before=dist.barrier, parity_context=scope)
         p_med, r_med = rank_max([median(p), median(r)])
         rows.append(Row("jax_semantics", f"{name} ({label})", p_med, r_med, goal=goal,
-                        note="vs plain DTensor" + ("" if goal else "; JAX adds a collective")))
+                        note=f"vs plain DTensor; {iters} calls x {repeats} samples"
+                        + ("" if goal else "; JAX adds a collective")))
     return rows

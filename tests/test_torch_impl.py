@@ -259,6 +259,40 @@ def test_plain_tensor_to_collective_raises_parity_error(sim8):
         sim8.all_reduce(torch.ones(4), "sum", axis_name="data")
 
 
+@pytest.mark.parametrize("call", [
+    lambda ti, x: ti.all_reduce(x, "sum", axis_name="data"),
+    lambda ti, x: ti.all_gather(x, 0, "data"),
+    lambda ti, x: ti.reduce_scatter(x, 1, "model"),
+], ids=["all_reduce", "all_gather", "reduce_scatter"])
+def test_collectives_refuse_a_gradient_instead_of_a_wrong_one(sim8, mesh24, call):
+    """As in jax_ref (collectives need concrete arrays): a tensor that
+    requires grad is refused with a parity error naming the fix; under
+    no_grad the same call works. (Without the check the gradient came back
+    multiplied by the group size.)"""
+    x = sim8.distribute_tensor(host_array((8, 16)), parity.TensorLayout(("data", None), mesh24))
+    x.requires_grad_()
+    with pytest.raises(parity.ParityError, match="not differentiable.*torch.no_grad"):
+        call(sim8, x)
+    with torch.no_grad():
+        out = call(sim8, x)
+    assert not out.requires_grad
+    np.testing.assert_allclose(
+        sim8.to_numpy(out), sim8.to_numpy(call(sim8, x.detach())), rtol=1e-6)
+
+
+def test_jax_ref_collectives_are_not_differentiable_either():
+    from parity import jax_ref as jr
+
+    jr.simulate(8)
+    import jax
+    import jax.numpy as jnp
+
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"), jr.list_devices())
+    x = jr.distribute_tensor(host_array((8, 16)), parity.TensorLayout(("data", None), mesh))
+    with pytest.raises(parity.ParityError, match="concrete array"):
+        jax.grad(lambda t: jnp.sum(jr.all_reduce(t, "sum", "data")))(x)
+
+
 def test_no_ranks_outside_simulate_raises_parity_error():
     from parity import torch_impl as ti
 

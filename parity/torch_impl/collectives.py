@@ -19,7 +19,7 @@ from parity.collective_args import (
     check_op,
     scattered_spec,
 )
-from parity.errors import ShardingError
+from parity.errors import ParityError, ShardingError
 from parity.layout import Spec, TensorLayout, spec_without_axis
 from parity.torch_impl import runtime
 from parity.torch_impl.distribute import _require_dtensor
@@ -39,7 +39,18 @@ def _floating_for_mean(local: torch.Tensor, op: str) -> torch.Tensor:
 
 
 def _prepare(x: Any, axis_name: str, what: str) -> tuple[DTensor, Spec, int]:
-    x = resolve_pending(_require_dtensor(x, what))
+    x = _require_dtensor(x, what)
+    if x.requires_grad and torch.is_grad_enabled():
+        # A gradient through these would be wrong (DTensor's from_local and
+        # the collective's own backward each count the replicas), and a
+        # detached result would silently drop x's share of the gradient.
+        raise ParityError(
+            f"{what} is not differentiable, as in parity.jax_ref (where it needs "
+            "a concrete array, not a traced one), but x requires grad. Call it under "
+            "torch.no_grad() or on x.detach(); for a differentiable reduction use "
+            "ops under jax_semantics() (e.g. x.sum(dim) over a sharded dim)."
+        )
+    x = resolve_pending(x)
     mesh = x.device_mesh
     mesh_dim = check_axis_name(axis_name, runtime.mesh_axis_names(mesh), mesh.shape, what)
     spec, _ = spec_of(x)

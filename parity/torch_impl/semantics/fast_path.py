@@ -36,7 +36,10 @@ def signature(func: Any, args: tuple, kwargs: dict, defer: bool) -> tuple | None
     grad = torch.is_grad_enabled()
     parts: list = [func, grad, defer]
     for value in args:
-        if not _add(parts, value, grad):
+        if isinstance(value, DTensor):  # the common case, inlined: this runs per op
+            parts.append(value._spec)
+            parts.append(grad and value.requires_grad and value.is_leaf)
+        elif not _add(parts, value, grad):
             return None
     for name, value in kwargs.items():
         parts.append(name)

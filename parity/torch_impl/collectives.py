@@ -20,15 +20,15 @@ from parity.collective_args import (
     scattered_spec,
 )
 from parity.errors import ParityError, ShardingError
-from parity.layout import Spec, TensorLayout, spec_without_axis
+from parity.layout import Spec, spec_without_axis
 from parity.torch_impl import runtime
 from parity.torch_impl.distribute import _require_dtensor
 from parity.torch_impl.group_ops import all_gather_block, all_reduce_block, reduce_scatter_block
 from parity.torch_impl.tensors import (
-    from_local_blocks,
     global_shape_from_local,
     resolve_pending,
     spec_of,
+    wrap_collective_result,
 )
 
 def _floating_for_mean(local: torch.Tensor, op: str) -> torch.Tensor:
@@ -58,9 +58,10 @@ def _prepare(x: Any, axis_name: str, what: str) -> tuple[DTensor, Spec, int]:
 
 
 def _wrap(local: torch.Tensor, x: DTensor, out_spec: Spec) -> DTensor:
-    mesh = runtime.to_parity_mesh(x.device_mesh)
-    shape = global_shape_from_local(local.shape, out_spec, mesh.shape, mesh.axis_names)
-    return from_local_blocks(local, TensorLayout.from_spec(out_spec, mesh), shape)
+    mesh = x.device_mesh
+    shape = global_shape_from_local(
+        local.shape, out_spec, tuple(mesh.shape), runtime.mesh_axis_names(mesh))
+    return wrap_collective_result(local.contiguous(), mesh, out_spec, shape)
 
 
 def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None) -> DTensor:

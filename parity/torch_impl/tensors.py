@@ -109,6 +109,29 @@ def from_local_blocks(
     )
 
 
+def wrap_collective_result(
+    local: torch.Tensor, torch_mesh: Any, spec: Spec, global_shape: Sequence[int]
+) -> DTensor:
+    """Each rank's block of a collective's result as a DTensor of ``spec``,
+    without an autograd node (the collectives refuse inputs that require
+    grad), its ``DTensorSpec`` built once per (mesh, spec, shape, dtype):
+    ``DTensor.from_local``'s autograd wrapper and spec construction cost
+    about 65 us per call."""
+    dspec = _result_spec(torch_mesh, tuple(spec), tuple(int(n) for n in global_shape),
+                         local.dtype)
+    return DTensor(local, dspec, requires_grad=False)
+
+
+@functools.lru_cache(maxsize=4096)
+def _result_spec(torch_mesh: Any, spec: Spec, global_shape: tuple[int, ...], dtype):
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    placements = to_placements(spec, tuple(torch_mesh.shape),
+                               runtime.mesh_axis_names(torch_mesh))
+    meta = TensorMeta(torch.Size(global_shape), contiguous_stride(global_shape), dtype)
+    return DTensorSpec(torch_mesh, tuple(placements), tensor_meta=meta)
+
+
 def global_shape_from_local(
     local_shape: Sequence[int], spec: Spec, mesh_shape: Sequence[int], axis_names: Sequence[str]
 ) -> tuple[int, ...]:

@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.distributed._local_tensor import rank_map
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from parity.errors import ParityError, ShardingError
 from parity.layout import TensorLayout, mesh_coords
 from parity.placement import Placement
 from parity.torch_impl import runtime
+from parity.torch_impl.local_tensors import rank_map
 from parity.torch_impl.tensors import (
     as_host_tensor,
     from_local_blocks,

@@ -142,7 +142,7 @@ def _make_iterator_class():
 def _outside_local_mode(iterable):
     """Batches of a torch ``DataLoader`` fetched outside ``LocalTensorMode``
     (its index tensors must stay plain)."""
-    from torch.distributed._local_tensor import maybe_disable_local_tensor_mode
+    from parity.torch_impl.local_tensors import maybe_disable_local_tensor_mode
 
     with maybe_disable_local_tensor_mode():
         iterator = iter(iterable)

@@ -14,7 +14,9 @@ import dataclasses
 import datetime
 import os
 import threading
+import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -165,11 +167,10 @@ def initialize(
             if job_addresses:
                 coordinator = job_addresses.split(",")[0].strip()
                 init_method = f"tcp://{coordinator}"
-            use_cuda = torch.cuda.is_available()
+            use_cuda = _one_gpu_per_local_rank(env)
             if use_cuda:
                 torch.cuda.set_device(
-                    int(env.get("LOCAL_RANK", process_id)) % torch.cuda.device_count()
-                )
+                    int(env.get("LOCAL_RANK", process_id)) % torch.cuda.device_count())
             dist.init_process_group(
                 "nccl" if use_cuda else "gloo",
                 init_method=init_method,
@@ -184,6 +185,28 @@ def initialize(
         _set_runtime(
             "multiprocess", dist.get_world_size(), "cuda" if backend_name == "nccl" else "cpu"
         )
+
+
+def _one_gpu_per_local_rank(env: Any) -> bool:
+    """Whether this process gets a GPU of its own (then NCCL, else gloo on CPU).
+
+    NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so with
+    fewer visible GPUs than local ranks (torchrun's ``LOCAL_WORLD_SIZE``)
+    every rank runs on CPU with gloo, with a warning that says so.
+    """
+    if not torch.cuda.is_available():
+        return False
+    local_ranks = int(env.get("LOCAL_WORLD_SIZE") or 1)
+    gpus = torch.cuda.device_count()
+    if local_ranks > gpus:
+        warnings.warn(
+            f"initialize(): {local_ranks} local ranks but {gpus} visible GPU(s); NCCL "
+            "needs a GPU per rank, so this job runs on CPU with gloo. Start at most "
+            f"{gpus} rank(s) per node to run on the GPUs.",
+            stacklevel=3,
+        )
+        return False
+    return True
 
 
 def _env_int(*names: str) -> int | None:

@@ -30,6 +30,10 @@ def versions() -> dict[str, str | None]:
             out[name] = version(name)
         except PackageNotFoundError:
             out[name] = None
+    if out["parity"] is None:  # run from a checkout on PYTHONPATH, not installed
+        import parity
+
+        out["parity"] = parity.__version__
     return out
 
 

@@ -113,3 +113,20 @@ def _children(pid: int) -> list[int]:
             if int(fields[1]) == pid:
                 out.append(int(entry))
     return out
+
+
+def test_reports_name_parity_s_version_when_it_runs_from_a_checkout(monkeypatch):
+    import importlib.metadata
+
+    import parity
+    from conformance.report import versions
+
+    real = importlib.metadata.version
+
+    def not_installed(name):
+        if name == "parity":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert versions()["parity"] == parity.__version__

@@ -1,9 +1,10 @@
 """``jax_semantics()`` with a training step on real gloo ranks, eager and
 under ``torch.compile`` (marked ``multiprocess`` and ``slow``).
 
-What compiles (torch 2.13): the forward and the loss, as one graph (their
-backward is compiled with them by AOTAutograd); the optimizer update runs
-eagerly -- see the worker for why the whole step does not compile.
+What compiles (torch 2.13): the whole step, as two compiled functions: the
+forward and the loss as one graph (AOTAutograd compiles their backward with
+them), and the optimizer update -- see the worker for why one function
+around the whole step does not compile.
 
 Why real ranks: over simulated ranks (LocalTensorMode) dynamo cannot compile
 DTensor code at all -- with or without parity it fails inside DTensor's
@@ -68,14 +69,16 @@ def test_eager_training_step_on_gloo_ranks_matches_jax():
 
 def test_compiled_training_step_matches_eager_and_jax():
     """torch.compile (aot_eager) of forward + loss under jax_semantics(): one
-    graph, no graph break; backward runs AOTAutograd's compiled backward, the
-    SGD update runs eagerly. Values equal eager's and JAX's."""
+    graph, no graph break; backward runs AOTAutograd's compiled backward; the
+    SGD update is compiled too (graphs of its own). Values equal eager's and
+    JAX's."""
     loss, params = reference_step()
     results = run("aot_eager")
     check(results["eager"], loss, params)
     compiled = results["aot_eager"]
     check(compiled, loss, params)
-    assert (compiled["graphs"], compiled["graph_breaks"]) == (1, 0)
+    # One graph for forward + loss, at least one more for the update; no breaks.
+    assert compiled["graphs"] >= 2 and compiled["graph_breaks"] == 0
     assert compiled["loss"] == pytest.approx(results["eager"]["loss"], rel=1e-6)
     for got, want in zip(compiled["params"], results["eager"]["params"]):
         np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6, atol=1e-7)

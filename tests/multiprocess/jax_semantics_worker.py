@@ -5,13 +5,15 @@ weights of each run as JSON to the file named by ``PARITY_RESULT_FILE`` (a
 file, not stdout: torchrun's ranks share one stdout pipe, where a long line
 from one rank can interleave with another rank's output).
 
-What compiles: the forward and the loss, as one graph with no graph break
-(``graphs``/``graph_breaks`` in the result); AOTAutograd compiles their
-backward with them, and ``loss.backward()`` runs that compiled backward. The
-optimizer update runs eagerly. ``PARITY_COMPILE_WHOLE_STEP=1`` compiles the
-whole step instead (dynamo breaks the graph at ``loss.backward()`` and then
-fails in DTensor's ``__tensor_unflatten__`` on the update, also without
-parity: ``PARITY_RAW=1``).
+What compiles: the whole step, in two compiled functions, as torch users
+compile a model and its optimizer step: the forward and the loss (one graph,
+no graph break; AOTAutograd compiles their backward with them, and
+``loss.backward()`` runs that compiled backward), and the SGD update (its own
+graphs: one per weight layout). ``graphs``/``graph_breaks`` in the result
+count them. ``PARITY_COMPILE_WHOLE_STEP=1`` compiles the step as one function
+instead: dynamo breaks the graph at ``loss.backward()`` and then fails in
+DTensor's ``__tensor_unflatten__`` on the update, also without parity
+(``PARITY_RAW=1``).
 
 torch.compile cannot run over simulated ranks (LocalTensorMode): dynamo fails
 inside DTensor's own redistribute planner there, with or without parity, so
@@ -59,12 +61,17 @@ def main() -> None:
         whole = os.environ.get("PARITY_COMPILE_WHOLE_STEP") == "1"
         compiled = forward if backend == "eager" or whole else torch.compile(forward, backend=backend)
 
-        def step(x, target):
-            loss = compiled(x, target)  # forward and loss compiled; backward runs the
-            loss.backward()             # compiled backward graph AOTAutograd made
+        def update():
             with torch.no_grad():
                 for p in params:
                     p.sub_(0.1 * p.grad)
+
+        compiled_update = update if backend == "eager" or whole else torch.compile(update, backend=backend)
+
+        def step(x, target):
+            loss = compiled(x, target)  # forward and loss compiled; backward runs the
+            loss.backward()             # compiled backward graph AOTAutograd made
+            compiled_update()           # the SGD update compiled on its own
             return loss
 
         fn = torch.compile(step, backend=backend) if whole and backend != "eager" else step

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
+
+# The JAX reference runs on simulated CPU devices. On a GPU machine JAX would
+# also start its CUDA backend and take most of the GPU's memory, which the
+# torch side of the same test process needs.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # Tests that drive Keras on both backends need the keras, jax and torch extras.
 needs_keras_extra = pytest.mark.skipif(

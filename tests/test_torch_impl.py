@@ -357,3 +357,15 @@ def test_ranks_use_gloo_without_cuda(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert not runtime._one_gpu_per_local_rank({"LOCAL_WORLD_SIZE": "1"})
+
+
+def test_collective_results_live_on_the_current_mesh_in_every_simulate_block():
+    from parity import torch_impl as ti
+
+    for _ in range(2):  # the second block's torch mesh equals the first's
+        with ti.simulate(8):
+            mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+            x = ti.distribute_tensor(host_array((8, 8)), parity.TensorLayout(("data", "model"), mesh))
+            for y in (ti.all_reduce(x, "sum", axis_name="model"), ti.all_gather(x, 0, "data"),
+                      ti.reduce_scatter(x, 1, "data")):
+                assert y.device_mesh is x.device_mesh

@@ -52,6 +52,12 @@ def mode() -> str:
     return _runtime.mode
 
 
+def generation() -> int:
+    """A number that changes whenever the process group does (a new
+    ``simulate()`` block, ``initialize()``): caches of torch meshes key on it."""
+    return _runtime.generation
+
+
 def device_type() -> str:
     """The torch device type tensors are placed on: ``"cpu"`` or ``"cuda"``."""
     return _runtime.device_type

@@ -117,13 +117,16 @@ def wrap_collective_result(
     grad), its ``DTensorSpec`` built once per (mesh, spec, shape, dtype):
     ``DTensor.from_local``'s autograd wrapper and spec construction cost
     about 65 us per call."""
-    dspec = _result_spec(torch_mesh, tuple(spec), tuple(int(n) for n in global_shape),
-                         local.dtype)
+    dspec = _result_spec(runtime.generation(), torch_mesh, tuple(spec),
+                         tuple(int(n) for n in global_shape), local.dtype)
     return DTensor(local, dspec, requires_grad=False)
 
 
 @functools.lru_cache(maxsize=4096)
-def _result_spec(torch_mesh: Any, spec: Spec, global_shape: tuple[int, ...], dtype):
+def _result_spec(generation: int, torch_mesh: Any, spec: Spec, global_shape: tuple[int, ...],
+                 dtype):
+    # Keyed on the generation: torch meshes of two simulate() blocks compare
+    # equal, and a spec must not carry a mesh whose process group is gone.
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
     placements = to_placements(spec, tuple(torch_mesh.shape),

@@ -21,10 +21,11 @@ import torch.distributed as dist
 from benchmarks.common import Row, human_bytes, median, timed_pairs
 from benchmarks.gloo_job import rank_max
 
+# The raw calls under their torch 2.13 names, or the older ones before 2.13.
+from parity.torch_impl.group_ops import dist_all_gather_single as _all_gather
+from parity.torch_impl.group_ops import dist_reduce_scatter_single as _reduce_scatter
+
 GOAL = 1.05
-# The raw calls by their torch 2.13 names; older torch has only the old ones.
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def iterations(size: int) -> int:

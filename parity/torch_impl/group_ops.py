@@ -18,8 +18,10 @@ from parity.torch_impl import runtime
 _FUNCOL_OPS = {"sum": "sum", "mean": "avg", "max": "max", "min": "min"}
 # torch 2.13 renamed the single-tensor collectives (``*_into_tensor`` /
 # ``*_tensor`` are deprecated there); older torch has only the old names.
-_dist_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_dist_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+# The two ``dist_*`` names are what a torch.distributed user calls (the
+# benchmarks time them as the raw library).
+dist_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+dist_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _funcol_all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
 _funcol_reduce_scatter = (getattr(funcol, "reduce_scatter_single", None)
                           or funcol.reduce_scatter_tensor)
@@ -51,7 +53,7 @@ def all_gather_block(block: torch.Tensor, axis: int, mesh: TorchMesh, mesh_dim: 
     size = mesh.size(mesh_dim)
     moved = block if axis == 0 else block.movedim(axis, 0).contiguous()
     out = moved.new_empty((size * moved.shape[0],) + tuple(moved.shape[1:]))
-    _dist_all_gather(out, moved, group=mesh.get_group(mesh_dim))
+    dist_all_gather_single(out, moved, group=mesh.get_group(mesh_dim))
     if axis == 0:
         return out
     # out holds the group's blocks stacked on dim 0 (each moved); put them on ``axis``.
@@ -70,7 +72,7 @@ def reduce_scatter_block(
     size = mesh.size(mesh_dim)
     moved = block if axis == 0 else block.movedim(axis, 0).contiguous()
     out = moved.new_empty((moved.shape[0] // size,) + tuple(moved.shape[1:]))
-    _dist_reduce_scatter(out, moved, _DIST_OPS[op], group=mesh.get_group(mesh_dim))
+    dist_reduce_scatter_single(out, moved, _DIST_OPS[op], group=mesh.get_group(mesh_dim))
     if op == "mean":
         out.div_(size)
     return out if axis == 0 else out.movedim(0, axis).contiguous()

@@ -21,7 +21,9 @@ pytestmark = pytest.mark.multiprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "multiprocess" / "multinode_worker.py"
-TIMEOUT = 300  # start-up on a busy 2-core machine is slow; a failure ends sooner
+# Start-up on a busy 2-core machine is slow; a failure ends sooner. Below
+# pytest's own 300 s limit, so that a hang still reports what the nodes printed.
+TIMEOUT = 240
 
 
 def free_port() -> int:
@@ -39,21 +41,31 @@ def clean_env(**extra) -> dict:
 
 
 def two_nodes(mode: str) -> str:
-    """Two torchrun agents (node_rank 0 and 1), 2 ranks each, c10d rendezvous on loopback."""
+    """Two torchrun agents (node_rank 0 and 1), 2 ranks each, c10d rendezvous on loopback.
+
+    Node 0 hosts the rendezvous store (``is_host``): on one machine both agents
+    match the endpoint's address and would otherwise both try to host it,
+    which can leave one waiting (seen once in a full run: a 300 s hang)."""
     port = free_port()
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=2",
              f"--node_rank={node}", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
-             "--rdzv_id=parity-multinode", "--max_restarts=0", "--local_addr=127.0.0.1",
+             "--rdzv_id=parity-multinode", f"--rdzv_conf=is_host={int(node == 0)}",
+             "--max_restarts=0", "--local_addr=127.0.0.1",
              str(WORKER), mode],
             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for node in (0, 1)
     ]
-    outputs = []
+    outputs, hung = [], False
     try:
         for proc in procs:
-            out, _ = proc.communicate(timeout=TIMEOUT)
+            try:
+                out, _ = proc.communicate(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                hung = True
+                proc.kill()
+                out, _ = proc.communicate()
             outputs.append(out)
     finally:
         for proc in procs:
@@ -61,6 +73,7 @@ def two_nodes(mode: str) -> str:
                 proc.kill()
                 proc.wait()
     text = "\n".join(outputs)
+    assert not hung, f"a node did not finish within {TIMEOUT} s:\n{text[-6000:]}"
     assert all(p.returncode == 0 for p in procs), text[-6000:]
     return text
 

@@ -165,3 +165,26 @@ def test_a_timeout_names_the_rank_stuck_outside_collectives(watchdogs):
 def test_other_errors_are_not_distributed_errors():
     assert not faults.is_distributed_error(ValueError("bad layout"))
     assert not faults.is_distributed_error(RuntimeError("shape mismatch"))
+
+
+_EXIT_PROBE = """
+import atexit, sys
+import torch.distributed as dist
+# Registered before initialize(): atexit runs it after parity's own handler.
+atexit.register(lambda: print("initialized at exit:", dist.is_initialized(), flush=True))
+from parity import torch_impl as ti
+ti.initialize()
+if sys.argv[1] == "raise":
+    raise RuntimeError("the user's own error")
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("how,destroyed", [("return", True), ("raise", False)])
+def test_the_process_group_initialize_started_is_destroyed_at_a_normal_exit(how, destroyed):
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()), PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", _EXIT_PROBE, how], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert f"initialized at exit: {not destroyed}" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == (0 if how == "return" else 1), proc.stderr[-2000:]

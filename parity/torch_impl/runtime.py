@@ -9,10 +9,12 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import datetime
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -184,6 +186,10 @@ def initialize(
                 rank=process_id,
                 timeout=datetime.timedelta(seconds=timeout_s),
             )
+            # Before the watchdog's own exit handler, so that it runs after it
+            # (atexit is last-in, first-out): rank 0 keeps the store up for
+            # the others until they are done, and only then lets it go.
+            atexit.register(_destroy_at_normal_exit)
             from parity.torch_impl import faults
 
             faults.start(timeout_s)  # a lost peer ends this rank with its name
@@ -191,6 +197,20 @@ def initialize(
         _set_runtime(
             "multiprocess", dist.get_world_size(), "cuda" if backend_name == "nccl" else "cpu"
         )
+
+
+def _destroy_at_normal_exit() -> None:
+    """Destroy the process group ``initialize()`` started, as the process ends.
+
+    torch leaves that to the user, and a gloo rank that exits without it can
+    abort in its worker threads at interpreter shutdown ("terminate called
+    without an active exception", pytorch#190489; seen in this project's
+    tests). Skipped after an uncaught exception, where destroying could wait
+    on peers, and when the user has already destroyed the group.
+    """
+    failed = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if failed is None and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _one_gpu_per_local_rank(env: Any) -> bool:

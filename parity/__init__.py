@@ -5,7 +5,15 @@
 """
 
 from parity.backends import active_backend, active_backend_name, backend, use_backend
-from parity.errors import LayoutError, ParityError, ShardingError
+from parity.errors import (
+    AmbiguousShardingError,
+    IndivisibleError,
+    LayoutError,
+    MeshMismatchError,
+    ParityError,
+    ShardingError,
+    UnsupportedOpError,
+)
 from parity.layout import TensorLayout
 from parity.layout_map import LayoutMap
 from parity.mesh import DeviceMesh
@@ -14,13 +22,17 @@ from parity.placement import Placement
 __version__ = "0.1.0"
 
 __all__ = [
+    "AmbiguousShardingError",
     "DeviceMesh",
+    "IndivisibleError",
     "LayoutError",
     "LayoutMap",
+    "MeshMismatchError",
     "ParityError",
     "Placement",
     "ShardingError",
     "TensorLayout",
+    "UnsupportedOpError",
     "active_backend",
     "active_backend_name",
     "backend",

@@ -1,21 +1,92 @@
-"""Error classes shared by every backend.
+"""Error classes shared by every backend, one class per category.
 
 All parity errors are ``ValueError`` subclasses, so code written against
-Keras's distribution API (which raises ``ValueError``) keeps working.
+Keras's distribution API (which raises ``ValueError``) keeps working. Each
+class names its conformance category in ``category`` and carries the data of
+the failure as attributes: a caller decides on the type and reads the
+attributes, never the message.
+
+| class                    | category             | carries                       |
+|--------------------------|----------------------|-------------------------------|
+| ``LayoutError``          | ``invalid-layout``   | --                            |
+| ``MeshMismatchError``    | ``invalid-layout``   | ``first``, ``second`` (meshes)|
+| ``IndivisibleError``     | ``indivisible``      | ``dim``, ``size``, ``axes``,  |
+|                          |                      | ``shards``                    |
+| ``AmbiguousShardingError``| ``ambiguous-sharding``| ``op``, ``specs``           |
+| ``UnsupportedOpError``   | ``unsupported``      | ``op``, ``placements``,       |
+|                          |                      | ``reason``                    |
+| ``ParityError`` (other)  | ``other``            | --                            |
 """
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 
 class ParityError(ValueError):
     """Base class of every error parity raises on purpose."""
+
+    category: ClassVar[str] = "other"
 
 
 class LayoutError(ParityError):
     """A layout that cannot apply: unknown or repeated mesh axis, wrong rank,
     an axis or tensor dim out of range."""
 
+    category: ClassVar[str] = "invalid-layout"
+
 
 class ShardingError(ParityError):
-    """A layout that is valid but cannot shard this tensor: a dim that does not
-    divide by its shard count, or operands on different meshes."""
+    """A valid layout that cannot shard this tensor, or operands that cannot
+    meet. Raised as one of its subclasses."""
+
+    category: ClassVar[str] = "invalid-layout"
+
+
+class IndivisibleError(ShardingError):
+    """Tensor dim ``dim`` of size ``size`` does not divide by ``shards``, the
+    product of the sizes of mesh axes ``axes`` (JAX refuses uneven shards)."""
+
+    category: ClassVar[str] = "indivisible"
+
+    def __init__(self, message: str, *, dim: int, size: int, axes: tuple[str, ...],
+                 shards: int) -> None:
+        super().__init__(message)
+        self.dim, self.size, self.axes, self.shards = dim, size, tuple(axes), shards
+
+
+class MeshMismatchError(ShardingError):
+    """Operands of one op live on two different meshes, ``first`` and
+    ``second``."""
+
+    category: ClassVar[str] = "invalid-layout"
+
+    def __init__(self, message: str, *, first: Any, second: Any) -> None:
+        super().__init__(message)
+        self.first, self.second = first, second
+
+
+class AmbiguousShardingError(ParityError):
+    """The output sharding of ``op`` is not fixed by its operands' ``specs``
+    (JAX's explicit mode refuses the op)."""
+
+    category: ClassVar[str] = "ambiguous-sharding"
+
+    def __init__(self, message: str, *, op: str, specs: tuple = ()) -> None:
+        super().__init__(message)
+        self.op, self.specs = op, tuple(specs)
+
+
+class UnsupportedOpError(ParityError):
+    """``op`` cannot run on operands with ``placements``; ``reason`` says
+    why."""
+
+    category: ClassVar[str] = "unsupported"
+
+    def __init__(self, message: str, *, op: str, placements: tuple = (),
+                 reason: str = "") -> None:
+        super().__init__(message)
+        self.op, self.placements, self.reason = op, tuple(placements), reason
+
+
+CATEGORIES = ("indivisible", "invalid-layout", "ambiguous-sharding", "unsupported", "other")

@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from typing import Union
 
-from parity.errors import LayoutError, ShardingError
+from parity.errors import IndivisibleError, LayoutError
 from parity.mesh import DeviceMesh
 
 AxisEntry = Union[None, str, tuple[str, ...]]
@@ -174,10 +174,11 @@ class TensorLayout:
             count = self.shard_count(dim)
             if size % count:
                 sizes = {n: mesh.axis_size(n) for n in names}
-                raise ShardingError(
+                raise IndivisibleError(
                     f"Dim {dim} of shape {shape} has size {size}, which does not "
                     f"divide by {count} (mesh axes {sizes}). Fix: make dim {dim} a "
-                    f"multiple of {count}, or shard it over fewer axes."
+                    f"multiple of {count}, or shard it over fewer axes.",
+                    dim=dim, size=size, axes=tuple(names), shards=count,
                 )
 
     def shards(self, shape: Sequence[int]) -> dict[int, tuple[tuple[int, int], ...]]:

@@ -34,7 +34,7 @@ from parity.collective_args import (
     check_op,
     scattered_spec,
 )
-from parity.errors import ShardingError
+from parity.errors import IndivisibleError
 from parity.jax_ref.distribute import require_distributed
 from parity.jax_ref.meshes import spec_of, to_partition_spec
 from parity.layout import Spec, spec_without_axis
@@ -108,10 +108,11 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> jax.Ar
     size = mesh.shape[axis_name]
     block = x.shape[axis] // max(1, _shard_count(mesh, spec[axis]))
     if block % size:
-        raise ShardingError(
+        raise IndivisibleError(
             f"reduce_scatter: each device's block has size {block} on dim {axis} "
             f"(global {x.shape[axis]}), which does not divide by the size {size} "
-            f"of mesh axis {axis_name!r}."
+            f"of mesh axis {axis_name!r}.",
+            dim=axis, size=block, axes=(axis_name,), shards=size,
         )
     out_spec = scattered_spec(spec, axis, axis_name)
     body = _body("reduce_scatter", op, axis_name, axis, size)

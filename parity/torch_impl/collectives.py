@@ -19,7 +19,7 @@ from parity.collective_args import (
     check_op,
     scattered_spec,
 )
-from parity.errors import ParityError, ShardingError
+from parity.errors import IndivisibleError, ParityError
 from parity.layout import Spec, spec_without_axis
 from parity.torch_impl import runtime
 from parity.torch_impl.distribute import _require_dtensor
@@ -105,9 +105,10 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> DTenso
     size = x.device_mesh.size(mesh_dim)
     block = int(local.shape[axis])
     if block % size:
-        raise ShardingError(
+        raise IndivisibleError(
             f"reduce_scatter: each device's block has size {block} on dim {axis}, "
-            f"which does not divide by the size {size} of mesh axis {axis_name!r}."
+            f"which does not divide by the size {size} of mesh axis {axis_name!r}.",
+            dim=axis, size=block, axes=(axis_name,), shards=size,
         )
     local = reduce_scatter_block(local, op, axis, x.device_mesh, mesh_dim)
     return _wrap(local, x, scattered_spec(spec, axis, axis_name))

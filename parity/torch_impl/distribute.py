@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from parity.errors import ParityError, ShardingError
+from parity.errors import IndivisibleError, MeshMismatchError, ParityError
 from parity.layout import TensorLayout, mesh_coords
 from parity.placement import Placement
 from parity.torch_impl import runtime
@@ -55,10 +55,11 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
     if isinstance(x, DTensor):
         layout.check_shape(x.shape)
         if x.device_mesh != torch_mesh:
-            raise ShardingError(
+            raise MeshMismatchError(
                 f"The tensor lives on mesh {x.device_mesh} and the layout on "
                 f"{torch_mesh}. Fix: gather it with all_gather_variable and "
-                "to_numpy, then distribute on the new mesh."
+                "to_numpy, then distribute on the new mesh.",
+                first=x.device_mesh, second=torch_mesh,
             )
         return resolve_pending(x).redistribute(torch_mesh, placements_of(layout))
     host = as_host_tensor(x)
@@ -195,7 +196,7 @@ def describe(x: Any) -> Placement:
     layout = TensorLayout.from_spec(spec, mesh)
     try:
         shards = layout.shards(tuple(x.shape))
-    except ShardingError:  # a raw DTensor split unevenly: report what it holds
+    except IndivisibleError:  # a raw DTensor split unevenly: report what it holds
         shards = uneven_shard_bounds(tuple(x.shape), x.placements, mesh.shape)
     return Placement(
         shape=tuple(x.shape),
@@ -225,6 +226,9 @@ def uneven_shard_bounds(shape, placements, mesh_shape) -> dict:
                 lo = min(start + coord[mesh_dim] * chunk, stop)
                 bounds[p.dim] = [lo, min(lo + chunk, stop)]
             elif not hasattr(p, "is_replicate") or not (p.is_replicate() or p.is_partial()):
-                raise ShardingError(f"Cannot describe uneven placement {p} of shape {shape}.")
+                raise IndivisibleError(
+                    f"Cannot describe uneven placement {p} of shape {shape}.",
+                    dim=getattr(p, "dim", -1), size=shape[getattr(p, "dim", 0)] if shape else 0,
+                    axes=(), shards=mesh_shape[mesh_dim])
         result[device] = tuple(tuple(b) for b in bounds)
     return result

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor, Replicate
 
-from parity.errors import ShardingError
+from parity.errors import MeshMismatchError
 from parity.torch_impl import runtime
 from parity.torch_impl.tensors import as_host_tensor
 
@@ -36,11 +36,12 @@ def find_mesh(args: tuple, kwargs: dict) -> Any:
             if mesh is None:
                 mesh = other
             elif other is not mesh and other != mesh:
-                raise ShardingError(
+                raise MeshMismatchError(
                     "Operands live on different device meshes: "
                     f"{_describe_mesh(mesh)} and {_describe_mesh(other)}. JAX "
                     "refuses this too; move one with distribute_tensor onto the "
-                    "other's mesh (via to_numpy when the devices differ)."
+                    "other's mesh (via to_numpy when the devices differ).",
+                    first=mesh, second=other,
                 )
     return mesh
 

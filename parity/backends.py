@@ -25,6 +25,17 @@ from parity.errors import ParityError
 
 BACKEND_MODULES = {"jax": "parity.jax_ref", "torch": "parity.torch_impl"}
 
+# The SPEC's backend functions: every backend module exports each of them,
+# with the same signature and meaning (tests/test_backend_parity.py checks).
+BACKEND_FUNCTIONS = (
+    "_to_backend_device", "_to_backend_layout", "_to_backend_mesh",
+    "all_gather", "all_gather_variable", "all_reduce", "describe",
+    "distribute_data_input", "distribute_tensor", "distribute_variable",
+    "get_device_count", "initialize", "list_devices", "local_block",
+    "num_processes", "process_id", "reduce_scatter", "simulate",
+    "to_numpy", "to_parity_mesh",
+)
+
 _active: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "parity_active_backend", default=None
 )

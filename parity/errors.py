@@ -15,6 +15,7 @@ attributes, never the message.
 | ``AmbiguousShardingError``| ``ambiguous-sharding``| ``op``, ``specs``           |
 | ``UnsupportedOpError``   | ``unsupported``      | ``op``, ``placements``,       |
 |                          |                      | ``reason``                    |
+| ``LostRankError``        | ``other``            | ``rank`` (the lost peer)      |
 | ``ParityError`` (other)  | ``other``            | --                            |
 """
 
@@ -87,6 +88,15 @@ class UnsupportedOpError(ParityError):
                  reason: str = "") -> None:
         super().__init__(message)
         self.op, self.placements, self.reason = op, tuple(placements), reason
+
+
+class LostRankError(ParityError):
+    """A peer ``rank`` of the job died, exited with an error, or stopped
+    responding (``None`` when no single rank is to blame)."""
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
 
 
 CATEGORIES = ("indivisible", "invalid-layout", "ambiguous-sharding", "unsupported", "other")

@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from parity.errors import ParityError
-from parity.torch_impl import faults
+from parity.errors import LostRankError
+from parity.torch_impl import watchdog
+from parity.torch_impl.fault_diagnosis import is_distributed_error
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,7 +95,7 @@ def watchdogs():
     import torch.distributed as dist
 
     store = dist.HashStore()
-    dogs = [faults.Watchdog(store, r, 4, 0, pg_timeout_s=30.0) for r in range(4)]
+    dogs = [watchdog.Watchdog(store, r, 4, 0, pg_timeout_s=30.0) for r in range(4)]
     for r, dog in enumerate(dogs):
         store.set(dog._key("who", r), f"{socket.gethostname()}|{os.getpid()}")
         store.set(dog._key("exit", r), "")
@@ -146,9 +148,9 @@ def test_a_stale_heartbeat_is_lost(watchdogs):
 def test_gloo_errors_become_lost_rank_errors(watchdogs):
     watchdogs[2].mark_exit("error:KeyError: 'x'")
     gloo = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1")
-    assert faults.is_distributed_error(gloo)
+    assert is_distributed_error(gloo)
     err = watchdogs[0].error_for(gloo)
-    assert isinstance(err, faults.LostRankError) and isinstance(err, ParityError)
+    assert isinstance(err, LostRankError) and isinstance(err, ParityError)
     assert err.rank == 2 and "lost rank 2 of 4" in str(err)
 
 
@@ -163,8 +165,8 @@ def test_a_timeout_names_the_rank_stuck_outside_collectives(watchdogs):
 
 
 def test_other_errors_are_not_distributed_errors():
-    assert not faults.is_distributed_error(ValueError("bad layout"))
-    assert not faults.is_distributed_error(RuntimeError("shape mismatch"))
+    assert not is_distributed_error(ValueError("bad layout"))
+    assert not is_distributed_error(RuntimeError("shape mismatch"))
 
 
 _EXIT_PROBE = """
@@ -188,3 +190,52 @@ def test_the_process_group_initialize_started_is_destroyed_at_a_normal_exit(how,
                           capture_output=True, text=True, timeout=120)
     assert f"initialized at exit: {not destroyed}" in proc.stdout, proc.stdout + proc.stderr
     assert proc.returncode == (0 if how == "return" else 1), proc.stderr[-2000:]
+
+
+# -- the pure diagnosis, without a store ------------------------------------
+
+
+def _peers(**changes):
+    from parity.torch_impl.fault_diagnosis import Peer
+
+    peers = {r: Peer(host="h", pid=100 + r, beat_seen_at=50.0) for r in range(3)}
+    for rank, fields in changes.items():
+        for name, value in fields.items():
+            setattr(peers[int(rank[1:])], name, value)
+    return peers
+
+
+def _find(peers, **kw):
+    from parity.torch_impl.fault_diagnosis import find_lost
+
+    args = dict(this_host="h", pid_alive=lambda pid: True, store_ok=True, store_host_rank=0,
+                now=51.0, stale_s=15.0)
+    args.update(kw)
+    return find_lost(peers, 0, **args)
+
+
+def test_diagnosis_finds_nobody_while_all_beat():
+    assert _find(_peers()) is None
+
+
+def test_diagnosis_blames_a_dead_pid_on_this_host():
+    rank, why = _find(_peers(), pid_alive=lambda pid: pid != 102)
+    assert rank == 2 and "pid 102 on h" in why
+
+
+def test_diagnosis_blames_a_stale_heartbeat():
+    rank, why = _find(_peers(r1={"beat_seen_at": 30.0}))
+    assert rank == 1 and "no heartbeat for 15 s" in why
+
+
+def test_diagnosis_blames_the_store_host_when_the_store_is_gone():
+    from parity.torch_impl.fault_diagnosis import find_lost
+
+    peers = _peers()
+    rank, why = find_lost(peers, 1, this_host="h", pid_alive=lambda pid: True, store_ok=False,
+                          store_host_rank=0, now=51.0, stale_s=15.0)
+    assert rank == 0 and "hosted the job's store" in why
+
+
+def test_diagnosis_follows_a_peer_marker_to_its_root_cause():
+    assert _find(_peers(r1={"exit": "peer:2|it failed"})) == (2, "it failed")

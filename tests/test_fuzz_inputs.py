@@ -125,9 +125,9 @@ def test_non_distributed_inputs_give_parity_errors(sim8, bad):
 
 def _in_sim8(fn):
     from parity import torch_impl
-    from parity.torch_impl import runtime
+    from parity.torch_impl import state
 
-    if runtime.mode() == "simulated":  # the module's sim8 fixture is still open
+    if state.mode() == "simulated":  # the module's sim8 fixture is still open
         return fn(torch_impl)
     with torch_impl.simulate(8):
         return fn(torch_impl)

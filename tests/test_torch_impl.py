@@ -341,22 +341,22 @@ def test_scalar_variable_keeps_rank_zero(sim8):
 
 
 def test_ranks_use_nccl_only_when_each_local_rank_has_a_gpu(monkeypatch):
-    from parity.torch_impl import runtime
+    from parity.torch_impl import devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert runtime._one_gpu_per_local_rank({"LOCAL_WORLD_SIZE": "2"})
-    assert runtime._one_gpu_per_local_rank({})  # one process, no torchrun
+    assert devices._one_gpu_per_local_rank({"LOCAL_WORLD_SIZE": "2"})
+    assert devices._one_gpu_per_local_rank({})  # one process, no torchrun
     # NCCL refuses two ranks on one GPU: gloo on CPU instead, and say so.
     with pytest.warns(UserWarning, match="4 local ranks but 2 visible GPU"):
-        assert not runtime._one_gpu_per_local_rank({"LOCAL_WORLD_SIZE": "4"})
+        assert not devices._one_gpu_per_local_rank({"LOCAL_WORLD_SIZE": "4"})
 
 
 def test_ranks_use_gloo_without_cuda(monkeypatch):
-    from parity.torch_impl import runtime
+    from parity.torch_impl import devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert not runtime._one_gpu_per_local_rank({"LOCAL_WORLD_SIZE": "1"})
+    assert not devices._one_gpu_per_local_rank({"LOCAL_WORLD_SIZE": "1"})
 
 
 def test_collective_results_live_on_the_current_mesh_in_every_simulate_block():

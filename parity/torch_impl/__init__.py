@@ -1,5 +1,5 @@
 """parity's DTensor backend: the SPEC's backend functions on
-``torch.distributed.tensor``.
+``torch.distributed.tensor``, laid out as ``parity.jax_ref`` is.
 
 ```python
 import numpy as np, parity
@@ -12,61 +12,31 @@ with torch_impl.simulate(8):
     torch_impl.describe(x)            # same Placement as parity.jax_ref gives
     torch_impl.all_reduce(x, "sum", axis_name="model")
 ```
+
+Modules: ``devices`` (simulate, initialize, list_devices), ``state`` (the
+mode it runs in), ``meshes`` (parity <-> torch meshes), ``placements``
+(specs <-> DTensor placements), ``distribute``, ``collectives`` (on
+``group_ops``), ``describe``, ``torch_compat`` (torch-version shims),
+``watchdog`` / ``fault_diagnosis`` (lost ranks), ``semantics``
+(``jax_semantics``), ``keras`` (the Keras backend shim).
 """
 
+from parity.backends import BACKEND_FUNCTIONS
 from parity.torch_impl.collectives import all_gather, all_reduce, reduce_scatter
-from parity.torch_impl.distribute import (
-    all_gather_variable,
-    describe,
-    distribute_data_input,
-    distribute_tensor,
-    distribute_variable,
-    local_block,
-    to_numpy,
-)
-from parity.torch_impl.keras_distribution_lib import (
-    _to_backend_device,
-    _to_backend_layout,
-    _to_backend_mesh,
-)
-from parity.torch_impl.keras_install import install_keras
+from parity.torch_impl.describe import describe
+from parity.torch_impl.devices import get_device_count, initialize, list_devices
+from parity.torch_impl.devices import num_processes, process_id, simulate, torch_device
+from parity.torch_impl.distribute import all_gather_variable, distribute_data_input
+from parity.torch_impl.distribute import distribute_tensor, distribute_variable
+from parity.torch_impl.distribute import local_block, to_numpy
+from parity.torch_impl.keras.distribution_lib import _to_backend_device, _to_backend_layout
+from parity.torch_impl.keras.distribution_lib import _to_backend_mesh
+from parity.torch_impl.keras.install import install_keras
+from parity.torch_impl.meshes import mesh_axis_names, to_parity_mesh, to_torch_mesh
 from parity.torch_impl.placements import to_placements, to_spec
-from parity.torch_impl.runtime import (
-    get_device_count,
-    initialize,
-    list_devices,
-    num_processes,
-    process_id,
-    simulate,
-    to_parity_mesh,
-    to_torch_mesh,
-)
 from parity.torch_impl.semantics import jax_semantics
+from parity.torch_impl.state import device_type
 
-__all__ = [
-    "_to_backend_device",
-    "_to_backend_layout",
-    "_to_backend_mesh",
-    "all_gather",
-    "all_gather_variable",
-    "all_reduce",
-    "describe",
-    "distribute_data_input",
-    "distribute_tensor",
-    "distribute_variable",
-    "get_device_count",
-    "initialize",
-    "install_keras",
-    "jax_semantics",
-    "list_devices",
-    "local_block",
-    "num_processes",
-    "process_id",
-    "reduce_scatter",
-    "simulate",
-    "to_numpy",
-    "to_parity_mesh",
-    "to_placements",
-    "to_spec",
-    "to_torch_mesh",
-]
+__all__ = sorted({*BACKEND_FUNCTIONS, "device_type", "install_keras", "jax_semantics",
+                  "mesh_axis_names", "to_placements", "to_spec", "to_torch_mesh",
+                  "torch_device"})

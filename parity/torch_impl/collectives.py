@@ -21,8 +21,8 @@ from parity.collective_args import (
 )
 from parity.errors import IndivisibleError, ParityError
 from parity.layout import Spec, spec_without_axis
-from parity.torch_impl import runtime
-from parity.torch_impl.distribute import _require_dtensor
+from parity.torch_impl.meshes import mesh_axis_names
+from parity.torch_impl.distribute import require_dtensor
 from parity.torch_impl.group_ops import all_gather_block, all_reduce_block, reduce_scatter_block
 from parity.torch_impl.tensors import (
     global_shape_from_local,
@@ -39,7 +39,7 @@ def _floating_for_mean(local: torch.Tensor, op: str) -> torch.Tensor:
 
 
 def _prepare(x: Any, axis_name: str, what: str) -> tuple[DTensor, Spec, int]:
-    x = _require_dtensor(x, what)
+    x = require_dtensor(x, what)
     if x.requires_grad and torch.is_grad_enabled():
         # A gradient through these would be wrong (DTensor's from_local and
         # the collective's own backward each count the replicas), and a
@@ -52,7 +52,7 @@ def _prepare(x: Any, axis_name: str, what: str) -> tuple[DTensor, Spec, int]:
         )
     x = resolve_pending(x)
     mesh = x.device_mesh
-    mesh_dim = check_axis_name(axis_name, runtime.mesh_axis_names(mesh), mesh.shape, what)
+    mesh_dim = check_axis_name(axis_name, mesh_axis_names(mesh), mesh.shape, what)
     spec, _ = spec_of(x)
     return x, spec, mesh_dim
 
@@ -60,7 +60,7 @@ def _prepare(x: Any, axis_name: str, what: str) -> tuple[DTensor, Spec, int]:
 def _wrap(local: torch.Tensor, x: DTensor, out_spec: Spec) -> DTensor:
     mesh = x.device_mesh
     shape = global_shape_from_local(
-        local.shape, out_spec, tuple(mesh.shape), runtime.mesh_axis_names(mesh))
+        local.shape, out_spec, tuple(mesh.shape), mesh_axis_names(mesh))
     return wrap_collective_result(local.contiguous(), mesh, out_spec, shape)
 
 

@@ -1,5 +1,5 @@
 """Putting arrays on the mesh and reading them back: distribute, gather,
-``to_numpy`` and ``describe``.
+``to_numpy``, ``local_block``.
 
 Every rank keeps only its own block: a host array is sliced per rank (the
 slice is copied, so no rank keeps the whole array), exactly as
@@ -14,11 +14,10 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from parity.errors import IndivisibleError, MeshMismatchError, ParityError
-from parity.layout import TensorLayout, mesh_coords
-from parity.placement import Placement
-from parity.torch_impl import runtime
-from parity.torch_impl.local_tensors import rank_map
+from parity.errors import MeshMismatchError, ParityError
+from parity.layout import TensorLayout
+from parity.torch_impl import devices, meshes, state
+from parity.torch_impl.torch_compat import rank_map
 from parity.torch_impl.tensors import (
     as_host_tensor,
     from_local_blocks,
@@ -26,14 +25,13 @@ from parity.torch_impl.tensors import (
     placements_of,
     require_layout,
     resolve_pending,
-    spec_of,
 )
 
 
 def _mesh_position(layout: TensorLayout) -> dict[int, int]:
     """torch rank -> device index (position in ``mesh.devices.flat``)."""
     mesh = layout.require_mesh()
-    return {runtime.device_rank(d): i for i, d in enumerate(mesh.devices.flat)}
+    return {devices.device_rank(d): i for i, d in enumerate(mesh.devices.flat)}
 
 
 def _block(host: torch.Tensor, bounds: tuple[tuple[int, int], ...]) -> torch.Tensor:
@@ -51,7 +49,7 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
     """
     layout = require_layout(layout)
     mesh = layout.require_mesh()
-    torch_mesh = runtime.to_torch_mesh(mesh)
+    torch_mesh = meshes.to_torch_mesh(mesh)
     if isinstance(x, DTensor):
         layout.check_shape(x.shape)
         if x.device_mesh != torch_mesh:
@@ -66,7 +64,7 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
     layout.check_shape(host.shape)
     shards = layout.shards(host.shape)
     position = _mesh_position(layout)
-    device = runtime.torch_device()
+    device = devices.torch_device()
     local = rank_map(lambda rank: _block(host, shards[position[rank]]).to(device))
     return from_local_blocks(local, layout, host.shape)
 
@@ -100,7 +98,7 @@ def distribute_data_input(
     mesh = layout.require_mesh()
     if batch_dim_name is not None:
         mesh.axis_index(batch_dim_name)
-    if runtime.num_processes() == 1:
+    if devices.num_processes() == 1:
         return distribute_tensor(per_process_batch, layout)
     if isinstance(per_process_batch, DTensor):
         raise ParityError("distribute_data_input expects host data, got a DTensor.")
@@ -108,7 +106,7 @@ def distribute_data_input(
     if local.ndim != layout.rank:
         layout.check_shape(local.shape)  # raises the rank mismatch
     global_shape = global_shape_from_local(local.shape, layout.spec, mesh.shape, mesh.axis_names)
-    return from_local_blocks(local.to(runtime.torch_device()).contiguous(), layout, global_shape)
+    return from_local_blocks(local.to(devices.torch_device()).contiguous(), layout, global_shape)
 
 
 def all_gather_variable(x: Any) -> DTensor:
@@ -116,12 +114,12 @@ def all_gather_variable(x: Any) -> DTensor:
 
     Raises ``ParityError`` when ``x`` is not a DTensor.
     """
-    x = _require_dtensor(x, "all_gather_variable")
+    x = require_dtensor(x, "all_gather_variable")
     x = resolve_pending(x)
     return x.redistribute(x.device_mesh, [Replicate()] * x.device_mesh.ndim)
 
 
-def _require_dtensor(x: Any, what: str) -> DTensor:
+def require_dtensor(x: Any, what: str) -> DTensor:
     if isinstance(x, torch.nn.Parameter) and isinstance(x.data, DTensor):
         return x
     if not isinstance(x, DTensor):
@@ -166,69 +164,15 @@ def local_block(x: DTensor, device_index: int) -> torch.Tensor:
 
     Raises ``ParityError`` for a device another process holds.
     """
-    x = _require_dtensor(x, "local_block")
+    x = require_dtensor(x, "local_block")
     rank = int(x.device_mesh.mesh.flatten()[device_index])
     local = x.to_local()
     local_tensors = getattr(local, "_local_tensors", None)
     if local_tensors is not None:
         return local_tensors[rank]
-    if runtime.mode() == "multiprocess" and rank != runtime.process_id():
+    if state.mode() == "multiprocess" and rank != devices.process_id():
         raise ParityError(
             f"Device {device_index} is rank {rank}, held by another process "
-            f"(this one is rank {runtime.process_id()})."
+            f"(this one is rank {devices.process_id()})."
         )
     return local
-
-
-def describe(x: Any) -> Placement:
-    """The ``Placement`` of a DTensor, read from its placements.
-
-    Device index ``i`` is ``mesh.devices.flat[i]``, i.e. torch rank
-    ``mesh.mesh.flatten()[i]``. ``pending`` lists axes of an unresolved
-    ``Partial`` (parity's own functions never return one). Raises
-    ``ParityError`` for a tensor that is not distributed.
-    """
-    x = _require_dtensor(x, "describe")
-    if getattr(x, "_parity_deferred", False):  # pending on purpose: jax_semantics(defer=True)
-        x = resolve_pending(x)
-    mesh = runtime.to_parity_mesh(x.device_mesh)
-    spec, pending = spec_of(x)
-    layout = TensorLayout.from_spec(spec, mesh)
-    try:
-        shards = layout.shards(tuple(x.shape))
-    except IndivisibleError:  # a raw DTensor split unevenly: report what it holds
-        shards = uneven_shard_bounds(tuple(x.shape), x.placements, mesh.shape)
-    return Placement(
-        shape=tuple(x.shape),
-        dtype=str(x.dtype).removeprefix("torch."),
-        mesh_shape=mesh.shape,
-        axis_names=mesh.axis_names,
-        spec=spec,
-        shards=shards,
-        pending=pending,
-    )
-
-
-def uneven_shard_bounds(shape, placements, mesh_shape) -> dict:
-    """Blocks of a DTensor whose ``Shard`` dims do not divide evenly.
-
-    DTensor splits like ``torch.chunk``: ``ceil(n / k)`` per rank, the last
-    ones shorter or empty. Raises ``ShardingError`` for an uneven strided
-    shard, which no JAX layout produces.
-    """
-    result = {}
-    for device, coord in enumerate(mesh_coords(tuple(mesh_shape))):
-        bounds = [[0, n] for n in shape]
-        for mesh_dim, p in enumerate(placements):
-            if isinstance(p, Shard):
-                start, stop = bounds[p.dim]
-                chunk = -(-(stop - start) // mesh_shape[mesh_dim])
-                lo = min(start + coord[mesh_dim] * chunk, stop)
-                bounds[p.dim] = [lo, min(lo + chunk, stop)]
-            elif not hasattr(p, "is_replicate") or not (p.is_replicate() or p.is_partial()):
-                raise IndivisibleError(
-                    f"Cannot describe uneven placement {p} of shape {shape}.",
-                    dim=getattr(p, "dim", -1), size=shape[getattr(p, "dim", 0)] if shape else 0,
-                    axes=(), shards=mesh_shape[mesh_dim])
-        result[device] = tuple(tuple(b) for b in bounds)
-    return result

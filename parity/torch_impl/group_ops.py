@@ -13,25 +13,22 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 
-from parity.torch_impl import runtime
+from parity.torch_impl import state
+from parity.torch_impl.torch_compat import (
+    dist_all_gather_single,
+    dist_reduce_scatter_single,
+    funcol_all_gather_single,
+    funcol_reduce_scatter_single,
+)
 
 _FUNCOL_OPS = {"sum": "sum", "mean": "avg", "max": "max", "min": "min"}
-# torch 2.13 renamed the single-tensor collectives (``*_into_tensor`` /
-# ``*_tensor`` are deprecated there); older torch has only the old names.
-# The two ``dist_*`` names are what a torch.distributed user calls (the
-# benchmarks time them as the raw library).
-dist_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-dist_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_funcol_all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
-_funcol_reduce_scatter = (getattr(funcol, "reduce_scatter_single", None)
-                          or funcol.reduce_scatter_tensor)
 # gloo has no AVG: mean is a sum divided by the group size.
 _DIST_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM,
              "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 
 def _direct() -> bool:
-    return runtime.mode() == "multiprocess"
+    return state.mode() == "multiprocess"
 
 
 def all_reduce_block(block: torch.Tensor, op: str, mesh: TorchMesh, mesh_dim: int) -> torch.Tensor:
@@ -49,7 +46,7 @@ def all_gather_block(block: torch.Tensor, axis: int, mesh: TorchMesh, mesh_dim: 
     """The group's blocks concatenated along ``axis`` in group-rank order."""
     block = block.contiguous()
     if not _direct():
-        return funcol.wait_tensor(_funcol_all_gather(block, axis, (mesh, mesh_dim)))
+        return funcol.wait_tensor(funcol_all_gather_single(block, axis, (mesh, mesh_dim)))
     size = mesh.size(mesh_dim)
     moved = block if axis == 0 else block.movedim(axis, 0).contiguous()
     out = moved.new_empty((size * moved.shape[0],) + tuple(moved.shape[1:]))
@@ -67,7 +64,7 @@ def reduce_scatter_block(
     block = block.contiguous()
     if not _direct():
         return funcol.wait_tensor(
-            _funcol_reduce_scatter(block, _FUNCOL_OPS[op], axis, (mesh, mesh_dim))
+            funcol_reduce_scatter_single(block, _FUNCOL_OPS[op], axis, (mesh, mesh_dim))
         )
     size = mesh.size(mesh_dim)
     moved = block if axis == 0 else block.movedim(axis, 0).contiguous()

@@ -14,7 +14,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from parity.errors import LayoutError, ParityError
 from parity.layout import Spec, TensorLayout
 from parity.mesh import DeviceMesh
-from parity.torch_impl import runtime
+from parity.torch_impl import meshes, state
 from parity.torch_impl.placements import to_placements, to_spec
 
 
@@ -82,7 +82,7 @@ def spec_of(x: DTensor) -> tuple[Spec, tuple[str, ...]]:
     under ``jax_semantics``)."""
     mesh = x.device_mesh
     return _cached_spec(
-        tuple(x.placements), x.ndim, tuple(mesh.shape), runtime.mesh_axis_names(mesh)
+        tuple(x.placements), x.ndim, tuple(mesh.shape), meshes.mesh_axis_names(mesh)
     )
 
 
@@ -101,7 +101,7 @@ def from_local_blocks(
     mesh = layout.require_mesh()
     return DTensor.from_local(
         local,
-        runtime.to_torch_mesh(mesh),
+        meshes.to_torch_mesh(mesh),
         placements_of(layout),
         run_check=False,
         shape=torch.Size(global_shape),
@@ -117,7 +117,7 @@ def wrap_collective_result(
     grad), its ``DTensorSpec`` built once per (mesh, spec, shape, dtype):
     ``DTensor.from_local``'s autograd wrapper and spec construction cost
     about 65 us per call."""
-    dspec = _result_spec(runtime.generation(), torch_mesh, tuple(spec),
+    dspec = _result_spec(state.generation(), torch_mesh, tuple(spec),
                          tuple(int(n) for n in global_shape), local.dtype)
     return DTensor(local, dspec, requires_grad=False)
 
@@ -130,7 +130,7 @@ def _result_spec(generation: int, torch_mesh: Any, spec: Spec, global_shape: tup
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
     placements = to_placements(spec, tuple(torch_mesh.shape),
-                               runtime.mesh_axis_names(torch_mesh))
+                               meshes.mesh_axis_names(torch_mesh))
     meta = TensorMeta(torch.Size(global_shape), contiguous_stride(global_shape), dtype)
     return DTensorSpec(torch_mesh, tuple(placements), tensor_meta=meta)
 

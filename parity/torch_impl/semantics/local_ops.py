@@ -16,7 +16,7 @@ from typing import Any
 from torch.distributed.tensor import DTensor
 
 from parity.layout import TensorLayout
-from parity.torch_impl import runtime
+from parity.torch_impl import meshes
 from parity.torch_impl.semantics import specs as S
 from parity.torch_impl.tensors import from_local_blocks
 
@@ -43,5 +43,5 @@ def run_local_reduction(func: Any, args: tuple, kwargs: dict) -> DTensor | None:
         shape[dim] = 1
     else:
         del spec[dim], shape[dim]
-    mesh = runtime.to_parity_mesh(x.device_mesh)
+    mesh = meshes.to_parity_mesh(x.device_mesh)
     return from_local_blocks(local, TensorLayout.from_spec(tuple(spec), mesh), shape)

@@ -17,7 +17,7 @@ import torch
 from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import MeshMismatchError
-from parity.torch_impl import runtime
+from parity.torch_impl import state
 from parity.torch_impl.tensors import as_host_tensor
 
 _SEQ = (list, tuple)
@@ -80,7 +80,7 @@ def replicate(value: Any, mesh) -> DTensor:
     (every rank's contribution reduced), as JAX gives a replicated input.
     """
     tensor = value if isinstance(value, torch.Tensor) else as_host_tensor(value)
-    device = runtime.torch_device() if runtime.mode() != "plain" else tensor.device
+    device = state.torch_device() if state.mode() != "plain" else tensor.device
     if tensor.device != device:
         tensor = tensor.to(device)
     return DTensor.from_local(
@@ -128,7 +128,7 @@ def wrap_numpy_result(like: DTensor, array: Any) -> DTensor:
     sizes = S.axis_sizes(mesh)
     spec = S.fit_to_shape(spec, tuple(host.shape), sizes)
     from parity.layout import TensorLayout
-    from parity.torch_impl import runtime as rt
+    from parity.torch_impl.meshes import to_parity_mesh
 
-    layout = TensorLayout.from_spec(spec, rt.to_parity_mesh(mesh))
+    layout = TensorLayout.from_spec(spec, to_parity_mesh(mesh))
     return distribute.distribute_tensor(host, layout)

@@ -16,7 +16,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from parity.layout import Spec
 from parity.torch_impl.placements import to_placements
-from parity.torch_impl.runtime import mesh_axis_names
+from parity.torch_impl.meshes import mesh_axis_names
 from parity.torch_impl.tensors import spec_of as spec_of_dtensor
 
 

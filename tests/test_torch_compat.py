@@ -6,11 +6,11 @@ from __future__ import annotations
 import torch
 from torch.distributed import _local_tensor
 
-from parity.torch_impl import local_tensors
+from parity.torch_impl import torch_compat
 
 
 def test_fallback_rank_map_builds_the_same_local_tensor_as_torch(sim8):
-    mine = local_tensors._rank_map(lambda r: torch.full((2,), float(r)))
+    mine = torch_compat._rank_map(lambda r: torch.full((2,), float(r)))
     theirs = _local_tensor.rank_map(lambda r: torch.full((2,), float(r)))
     assert set(mine._local_tensors) == set(theirs._local_tensors) == set(range(8))
     for r in range(8):
@@ -19,11 +19,11 @@ def test_fallback_rank_map_builds_the_same_local_tensor_as_torch(sim8):
 
 def test_no_simulated_mode_is_found_outside_simulate():
     # No LocalTensorMode: torch's rank_map asks the process group for the rank.
-    assert local_tensors._active_mode() is None
+    assert torch_compat._active_mode() is None
 
 
 def test_fallback_disable_makes_tensors_plain_inside_simulation(sim8):
-    with local_tensors._disable_local_tensor_mode():
+    with torch_compat._disable_local_tensor_mode():
         plain = torch.ones(3) * 2
     assert getattr(plain, "_local_tensors", None) is None
     assert getattr(torch.ones(3) * 2, "_local_tensors", None) is not None

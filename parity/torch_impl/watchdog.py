@@ -1,4 +1,7 @@
-"""Lost and stuck ranks: turn a dead peer into a ``ParityError`` that names it.
+"""The watchdog: turn a dead peer into a ``LostRankError`` that names it.
+
+This module is the plumbing (store protocol, heartbeat thread, exit hooks);
+who is lost and why is decided by ``parity.torch_impl.fault_diagnosis``.
 
 What gloo does on its own (torch 2.13, measured): a rank blocked in a
 collective whose peer was killed fails at once with
@@ -45,44 +48,30 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 
-from parity.errors import ParityError
-
-_PREFIX = "parity/faults/"
-_DIST_MARKERS = (
-    "gloo",
-    "Connection closed by peer",
-    "Connection reset by peer",
-    "Timed out waiting",
-    "NCCL",
+from parity.errors import LostRankError, ParityError
+from parity.torch_impl.fault_diagnosis import (
+    Peer,
+    find_lost,
+    is_distributed_error,
+    lost_message,
+    stuck_peers,
 )
 
-
-class LostRankError(ParityError):
-    """A peer rank of the job died, exited with an error, or stopped responding."""
-
-    def __init__(self, message: str, rank: int | None = None) -> None:
-        super().__init__(message)
-        self.rank = rank
-
-
-@dataclass
-class _Peer:
-    host: str = ""
-    pid: int = 0
-    beat: str = ""
-    beat_seen_at: float = 0.0
-    in_collective: bool = False
-    state_since: float = 0.0  # wall clock when it entered / left its current collective
-    exit: str = ""
+_PREFIX = "parity/faults/"
 
 
 def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
+    """``float(os.environ[name])``, ``default`` when unset; ``ParityError``
+    naming the variable when it is not a number."""
+    text = os.environ.get(name)
+    if not text:
         return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ParityError(f"{name}={text!r} is not a number of seconds; unset it or "
+                          f"give e.g. {name}={default}.") from None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -99,21 +88,6 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def is_distributed_error(err: BaseException | None) -> bool:
-    """True for torch.distributed / gloo / NCCL failures (anywhere in the chain)."""
-    import torch.distributed as dist
-
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, getattr(dist, "DistError", ())):
-            return True
-        if isinstance(err, RuntimeError) and any(m in str(err) for m in _DIST_MARKERS):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
 class Watchdog:
     """Heartbeats and peer checks for one rank (see the module docstring)."""
 
@@ -127,7 +101,7 @@ class Watchdog:
         self.interval_s = _env_float("PARITY_HEARTBEAT_INTERVAL_S", 0.5)
         self.stale_s = _env_float("PARITY_HEARTBEAT_STALE_S", 15.0)
         self.grace_s = _env_float("PARITY_WATCHDOG_GRACE_S", 3.0)
-        self.peers = {r: _Peer() for r in range(world_size)}
+        self.peers = {r: Peer() for r in range(world_size)}
         self.lost: tuple[int, str] | None = None
         self._beats = 0
         self._state = (False, time.time())
@@ -191,43 +165,14 @@ class Watchdog:
             peer.exit = values[self.world_size + r].decode()
         return True
 
-    # -- diagnosis --------------------------------------------------------
-    def _gone(self, r: int, store_ok: bool) -> str | None:
-        """Why rank r is lost, or None while it looks alive or exited cleanly."""
-        peer = self.peers[r]
-        if peer.exit.startswith("error:"):
-            return f"it failed with {peer.exit[6:]}"
-        if peer.exit:  # ok, peer:R (blames R), failed:... (gave up, blames nobody)
-            return None
-        if peer.host == socket.gethostname() and peer.pid and not _pid_alive(peer.pid):
-            return f"its process (pid {peer.pid} on {peer.host}) ended without finishing"
-        if not store_ok and r == self.store_host_rank:
-            return f"it hosted the job's store, which no longer answers (pid {peer.pid} on {peer.host})"
-        if store_ok and time.monotonic() - peer.beat_seen_at > self.stale_s:
-            return (f"no heartbeat for {self.stale_s:.0f} s (pid {peer.pid} on {peer.host}: "
-                    "killed, frozen or cut off)")
-        return None
-
+    # -- diagnosis (fault_diagnosis decides; this reads the store) ----------
     def find_lost(self) -> tuple[int, str] | None:
         """The root-cause lost rank and why, following ``peer:R`` markers."""
         store_ok = self._refresh()
-        for r in range(self.world_size):
-            if r == self.rank:
-                continue
-            why = self._gone(r, store_ok)
-            if why:
-                return r, why
-        for r in range(self.world_size):  # a peer gave up: the job cannot go on
-            exit_ = self.peers[r].exit
-            if r == self.rank or exit_ in ("", "ok"):
-                continue
-            if exit_.startswith("peer:"):
-                blamed, _, why = exit_[5:].partition("|")
-                if blamed and int(blamed) != self.rank:
-                    return int(blamed), why or f"rank {r} reported it lost"
-                return r, f"it gave up waiting for this rank ({self.rank}) and exited"
-            return r, f"it stopped after a failed collective ({exit_[7:] or 'see its log'})"
-        return None
+        return find_lost(self.peers, self.rank, this_host=socket.gethostname(),
+                         pid_alive=_pid_alive, store_ok=store_ok,
+                         store_host_rank=self.store_host_rank, now=time.monotonic(),
+                         stale_s=self.stale_s)
 
     def wait_for_lost(self, within_s: float) -> tuple[int, str] | None:
         deadline = time.monotonic() + within_s
@@ -238,18 +183,13 @@ class Watchdog:
             time.sleep(min(self.interval_s, 0.2))
 
     def message(self, lost: tuple[int, str]) -> str:
-        r, why = lost
-        return (f"lost rank {r} of {self.world_size}: {why}. This rank ({self.rank}) stops: "
-                "every collective needs all ranks. Look at rank "
-                f"{r}'s log for the cause; restart the whole job.")
+        return lost_message(lost, self.rank, self.world_size)
 
     def stuck_peers(self) -> list[int]:
         """Peers outside any collective for at least half the process-group timeout."""
         self._refresh()
-        now = time.time()
-        return [r for r in range(self.world_size)
-                if r != self.rank and not self.peers[r].exit and not self.peers[r].in_collective
-                and now - self.peers[r].state_since >= 0.5 * self.pg_timeout_s]
+        return stuck_peers(self.peers, self.rank, wall_now=time.time(),
+                           pg_timeout_s=self.pg_timeout_s)
 
     def error_for(self, err: BaseException) -> ParityError:
         """The ParityError that explains a distributed failure seen by this rank."""
@@ -326,7 +266,7 @@ class Watchdog:
         if not self._reported.acquire(blocking=False):
             return
         self.mark_exit(f"peer:{lost[0]}|{lost[1]}")
-        sys.stderr.write(f"parity.torch_impl.faults.LostRankError: {self.message(lost)}\n")
+        sys.stderr.write(f"parity.errors.LostRankError: {self.message(lost)}\n")
         sys.stderr.flush()
         os._exit(1)
 
@@ -335,28 +275,6 @@ class Watchdog:
 
 
 _watchdog: Watchdog | None = None
-
-
-def watchdog() -> Watchdog | None:
-    """The running watchdog of this process, if any."""
-    return _watchdog
-
-
-def check() -> None:
-    """Raise ``LostRankError`` when a peer of this rank has been lost."""
-    if _watchdog is not None:
-        lost = _watchdog.lost or _watchdog.find_lost()
-        if lost:
-            raise LostRankError(_watchdog.message(lost), lost[0])
-
-
-def translate(err: BaseException) -> BaseException:
-    """``err`` as a parity error when it is a distributed failure, else ``err``."""
-    if _watchdog is None or isinstance(err, ParityError) or not is_distributed_error(err):
-        return err
-    new = _watchdog.error_for(err)
-    new.__cause__ = err
-    return new
 
 
 def _excepthook(previous):

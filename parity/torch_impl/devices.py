@@ -1,78 +1,34 @@
-"""Where the torch backend runs: one process, simulated ranks, or real ranks.
+"""Where the torch backend's ranks come from, and which devices they are.
 
-* plain: no process group; one device.
-* simulated: ``simulate(n)`` — n ranks in this process, through
-  ``LocalTensorMode`` over a ``fake`` process group of world size n.
-* multi-process: ``initialize()`` — one process per device under torchrun
-  (gloo on CPU, NCCL on GPU).
+* ``simulate(n)``: n ranks in this process, through ``LocalTensorMode`` over
+  a ``fake`` process group of world size n;
+* ``initialize()``: one process per device under torchrun (gloo on CPU,
+  NCCL on GPU), with a watchdog that names a lost peer;
+* queries (``list_devices``, ``num_processes``, ``process_id``,
+  ``device_rank``) read ``parity.torch_impl.state`` and change nothing.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import datetime
 import os
 import sys
-import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 
 import parity
 from parity.errors import ParityError
-from parity.mesh import DeviceMesh
+from parity.torch_impl import state
+from parity.torch_impl.state import torch_device
 
-
-@dataclasses.dataclass
-class _Runtime:
-    mode: str = "plain"  # plain | simulated | multiprocess
-    world_size: int = 1
-    device_type: str = "cpu"  # torch device type: cpu | cuda
-    generation: int = 0  # bumps whenever the process group changes
-
-
-_runtime = _Runtime()
-_lock = threading.RLock()
-_mesh_cache: dict[tuple, TorchMesh] = {}
-# id(torch mesh) -> (torch mesh, parity mesh); holding the torch mesh keeps its id unique.
-_parity_mesh_cache: dict[int, tuple[TorchMesh, DeviceMesh]] = {}
-
-
-def _parity_device_kind(device_type: str) -> str:
-    return "gpu" if device_type == "cuda" else device_type
-
-
-def mode() -> str:
-    """``"plain"``, ``"simulated"`` or ``"multiprocess"``."""
-    return _runtime.mode
-
-
-def generation() -> int:
-    """A number that changes whenever the process group does (a new
-    ``simulate()`` block, ``initialize()``): caches of torch meshes key on it."""
-    return _runtime.generation
-
-
-def device_type() -> str:
-    """The torch device type tensors are placed on: ``"cpu"`` or ``"cuda"``."""
-    return _runtime.device_type
-
-
-def torch_device() -> torch.device:
-    """The torch device of this process's local blocks."""
-    if _runtime.device_type == "cuda":
-        index = 0 if _runtime.mode == "simulated" else dist.get_rank() % max(
-            torch.cuda.device_count(), 1
-        )
-        return torch.device("cuda", index)
-    return torch.device("cpu")
+__all__ = ["device_rank", "get_device_count", "initialize", "list_devices", "num_processes",
+           "process_id", "simulate", "torch_device"]
 
 
 @contextlib.contextmanager
@@ -98,31 +54,22 @@ def simulate(n: int = 8, device: str = "cpu") -> Iterator[None]:
         raise ParityError(f"simulate(device={device!r}): choose 'cpu' or 'cuda'.")
     if device == "cuda" and not torch.cuda.is_available():
         raise ParityError("simulate(device='cuda') needs a CUDA device; none is visible.")
-    with _lock:
-        if _runtime.mode != "plain" or dist.is_initialized():
+    with state.lock:
+        if state.current().mode != "plain":
             raise ParityError(
                 f"simulate({n}) cannot start: the torch backend is already in "
-                f"{_runtime.mode!r} mode. Leave the current simulate() block, or "
+                f"{state.current().mode!r} mode. Leave the current simulate() block, or "
                 "do not mix simulate() with initialize()."
             )
         dist.init_process_group("fake", rank=0, world_size=n, store=FakeStore())
-        _set_runtime("simulated", n, device)
+        state.set_runtime("simulated", n, device)
     try:
         with LocalTensorMode(n), parity.use_backend("torch"):
             yield
     finally:
-        with _lock:
+        with state.lock:
             dist.destroy_process_group()
-            _set_runtime("plain", 1, "cpu")
-
-
-def _set_runtime(mode_name: str, world_size: int, device: str) -> None:
-    _runtime.mode = mode_name
-    _runtime.world_size = world_size
-    _runtime.device_type = device
-    _runtime.generation += 1
-    _mesh_cache.clear()
-    _parity_mesh_cache.clear()
+            state.set_runtime("plain", 1, "cpu")
 
 
 def initialize(
@@ -160,8 +107,8 @@ def initialize(
         raise ParityError(
             f"process_id={process_id} is outside [0, num_processes={num_processes})."
         )
-    with _lock:
-        if _runtime.mode == "simulated":
+    with state.lock:
+        if state.current().mode == "simulated":
             raise ParityError("initialize() cannot run inside simulate().")
         if dist.is_initialized():
             if dist.get_world_size() != num_processes or dist.get_rank() != process_id:
@@ -190,11 +137,11 @@ def initialize(
             # (atexit is last-in, first-out): rank 0 keeps the store up for
             # the others until they are done, and only then lets it go.
             atexit.register(_destroy_at_normal_exit)
-            from parity.torch_impl import faults
+            from parity.torch_impl import watchdog
 
-            faults.start(timeout_s)  # a lost peer ends this rank with its name
+            watchdog.start(timeout_s)  # a lost peer ends this rank with its name
         backend_name = dist.get_backend()
-        _set_runtime(
+        state.set_runtime(
             "multiprocess", dist.get_world_size(), "cuda" if backend_name == "nccl" else "cpu"
         )
 
@@ -242,27 +189,15 @@ def _env_int(*names: str) -> int | None:
     return None
 
 
-def _sync_with_process_group() -> None:
-    # A process group started by the user (not through initialize) counts too.
-    if _runtime.mode == "plain" and dist.is_initialized():
-        with _lock:
-            _set_runtime(
-                "multiprocess",
-                dist.get_world_size(),
-                "cuda" if dist.get_backend() == "nccl" else "cpu",
-            )
-
-
 def num_processes() -> int:
     """Processes in the job: 1 when plain or simulated, else the world size."""
-    _sync_with_process_group()
-    return _runtime.world_size if _runtime.mode == "multiprocess" else 1
+    now = state.current()
+    return now.world_size if now.mode == "multiprocess" else 1
 
 
 def process_id() -> int:
     """This process's rank (0 when plain or simulated)."""
-    _sync_with_process_group()
-    return dist.get_rank() if _runtime.mode == "multiprocess" else 0
+    return dist.get_rank() if state.current().mode == "multiprocess" else 0
 
 
 def list_devices(device_type: str | None = None) -> list[str]:
@@ -272,16 +207,16 @@ def list_devices(device_type: str | None = None) -> list[str]:
     CUDA devices, else ``["cpu:0"]``. ``device_type`` ("cpu" or "gpu")
     filters; raises ``ParityError`` for another value.
     """
-    _sync_with_process_group()
+    now = state.current()
     if device_type is not None and device_type.lower() not in ("cpu", "gpu", "cuda"):
         raise ParityError(f"device_type={device_type!r}: choose 'cpu' or 'gpu'.")
-    if _runtime.mode == "plain":
+    if now.mode == "plain":
         kind = "gpu" if torch.cuda.is_available() else "cpu"
         count = torch.cuda.device_count() if kind == "gpu" else 1
     else:
-        kind = _parity_device_kind(_runtime.device_type)
-        count = _runtime.world_size
-    wanted = None if device_type is None else _parity_device_kind(device_type.lower())
+        kind = state.parity_device_kind(now.device_type)
+        count = now.world_size
+    wanted = None if device_type is None else state.parity_device_kind(device_type.lower())
     if wanted is not None and wanted != kind:
         return []
     return [f"{kind}:{i}" for i in range(count)]
@@ -302,59 +237,12 @@ def device_rank(device: object) -> int:
     if not index.isdigit() or kind not in ("cpu", "gpu", "cuda"):
         raise ParityError(f"Device {text!r} is not of the form 'cpu:N' or 'gpu:N'.")
     rank = int(index)
-    world = _runtime.world_size if _runtime.mode != "plain" else len(list_devices())
+    now = state.current()
+    world = now.world_size if now.mode != "plain" else len(list_devices())
     if rank >= world:
         raise ParityError(
             f"Device {text!r} is rank {rank}, but the job has {world} ranks "
-            f"(mode {_runtime.mode!r}). Fix: run inside simulate({rank + 1}) or "
+            f"(mode {now.mode!r}). Fix: run inside simulate({rank + 1}) or "
             "with more processes."
         )
     return rank
-
-
-def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
-    """The torch ``DeviceMesh`` for a parity mesh (cached per process group).
-
-    Rank of ``mesh.devices.flat[i]`` comes from its name (``"cpu:i"``).
-    Raises ``ParityError`` when no simulated or real process group runs.
-    """
-    _sync_with_process_group()
-    if _runtime.mode == "plain":
-        raise ParityError(
-            "The torch backend has no ranks: use torch_impl.simulate(n) for "
-            "simulated devices or torch_impl.initialize() under torchrun."
-        )
-    key = (_runtime.generation, mesh)
-    with _lock:
-        cached = _mesh_cache.get(key)
-        if cached is None:
-            ranks = np.vectorize(device_rank, otypes=[np.int64])(mesh.devices)
-            cached = TorchMesh(
-                _runtime.device_type,
-                torch.from_numpy(ranks),
-                mesh_dim_names=mesh.axis_names,
-            )
-            _mesh_cache[key] = cached
-            _parity_mesh_cache[id(cached)] = (cached, mesh)
-    return cached
-
-
-def mesh_axis_names(torch_mesh: TorchMesh) -> tuple[str, ...]:
-    """The axis names of a torch ``DeviceMesh`` (``dim0``, ``dim1``... if unnamed)."""
-    names = torch_mesh.mesh_dim_names
-    return tuple(names) if names else tuple(f"dim{i}" for i in range(torch_mesh.ndim))
-
-
-def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
-    """The parity mesh of a torch ``DeviceMesh`` (axis names ``dim0``... if unnamed)."""
-    cached = _parity_mesh_cache.get(id(torch_mesh))
-    if cached is not None and cached[0] is torch_mesh:
-        return cached[1]
-    names = mesh_axis_names(torch_mesh)
-    kind = _parity_device_kind(torch_mesh.device_type)
-    ranks = torch_mesh.mesh.cpu().numpy()
-    devices = np.array([f"{kind}:{r}" for r in ranks.flat], dtype=object).reshape(ranks.shape)
-    mesh = DeviceMesh(tuple(torch_mesh.mesh.shape), tuple(names), devices)
-    with _lock:
-        _parity_mesh_cache[id(torch_mesh)] = (torch_mesh, mesh)
-    return mesh

@@ -1,0 +1,77 @@
+"""parity meshes <-> torch ``DeviceMesh``es, and their process groups.
+
+A parity mesh names its devices (``"cpu:3"`` is torch rank 3); the torch
+mesh built for it is cached per process-group generation, so a mesh of an
+earlier ``simulate()`` block is never handed out again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.distributed.device_mesh import DeviceMesh as TorchMesh
+
+from parity.errors import ParityError
+from parity.mesh import DeviceMesh
+from parity.torch_impl import state
+from parity.torch_impl.devices import device_rank
+
+# Both caches hold one generation's meshes; a new generation empties them.
+_cache_generation: list[object] = [None]
+_mesh_cache: dict[DeviceMesh, TorchMesh] = {}
+# id(torch mesh) -> (torch mesh, parity mesh); holding the torch mesh keeps its id unique.
+_parity_mesh_cache: dict[int, tuple[TorchMesh, DeviceMesh]] = {}
+
+
+def _caches_for(generation: object) -> None:
+    if _cache_generation[0] != generation:
+        _mesh_cache.clear()
+        _parity_mesh_cache.clear()
+        _cache_generation[0] = generation
+
+
+def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
+    """The torch ``DeviceMesh`` for a parity mesh (cached per process group).
+
+    Rank of ``mesh.devices.flat[i]`` comes from its name (``"cpu:i"``).
+    Raises ``ParityError`` when no simulated or real process group runs, and
+    for a device name that is not a rank of the job.
+    """
+    now = state.current()
+    if now.mode == "plain":
+        raise ParityError(
+            "The torch backend has no ranks: use torch_impl.simulate(n) for "
+            "simulated devices or torch_impl.initialize() under torchrun."
+        )
+    with state.lock:
+        _caches_for(now.generation)
+        cached = _mesh_cache.get(mesh)
+        if cached is None:
+            ranks = np.vectorize(device_rank, otypes=[np.int64])(mesh.devices)
+            cached = TorchMesh(now.device_type, torch.from_numpy(ranks),
+                               mesh_dim_names=mesh.axis_names)
+            _mesh_cache[mesh] = cached
+            _parity_mesh_cache[id(cached)] = (cached, mesh)
+    return cached
+
+
+def mesh_axis_names(torch_mesh: TorchMesh) -> tuple[str, ...]:
+    """The axis names of a torch ``DeviceMesh`` (``dim0``, ``dim1``... if unnamed)."""
+    names = torch_mesh.mesh_dim_names
+    return tuple(names) if names else tuple(f"dim{i}" for i in range(torch_mesh.ndim))
+
+
+def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
+    """The parity mesh of a torch ``DeviceMesh`` (axis names ``dim0``... if unnamed)."""
+    cached = _parity_mesh_cache.get(id(torch_mesh))
+    if cached is not None and cached[0] is torch_mesh:
+        return cached[1]
+    names = mesh_axis_names(torch_mesh)
+    kind = state.parity_device_kind(torch_mesh.device_type)
+    ranks = torch_mesh.mesh.cpu().numpy()
+    devices = np.array([f"{kind}:{r}" for r in ranks.flat], dtype=object).reshape(ranks.shape)
+    mesh = DeviceMesh(tuple(torch_mesh.mesh.shape), tuple(names), devices)
+    with state.lock:
+        _caches_for(state.current().generation)
+        _parity_mesh_cache[id(torch_mesh)] = (torch_mesh, mesh)
+    return mesh

@@ -1,0 +1,66 @@
+"""Every torch-version difference the backend depends on, in one place.
+
+parity is developed on torch 2.13; CUDA images carry older releases (2.11).
+Each name here is torch's own where this torch has it, else an equivalent:
+
+* ``rank_map``, ``maybe_disable_local_tensor_mode``: in
+  ``torch.distributed._local_tensor`` since 2.13; built on ``LocalTensor``
+  before.
+* the single-tensor collectives: torch 2.13 renamed ``*_into_tensor`` /
+  ``*_tensor`` to ``*_single`` (the old names are deprecated there).
+  ``dist_all_gather_single`` and ``dist_reduce_scatter_single`` are what a
+  ``torch.distributed`` user calls (the benchmarks time them as the raw
+  library).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+from torch.distributed import _local_tensor
+from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode_stack
+
+
+def _newer(module: object, name: str, older: Callable) -> Callable:
+    """``module.name`` when this torch has it, else ``older``."""
+    return getattr(module, name) if hasattr(module, name) else older
+
+
+dist_all_gather_single = _newer(dist, "all_gather_single", dist.all_gather_into_tensor)
+dist_reduce_scatter_single = _newer(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+funcol_all_gather_single = _newer(funcol, "all_gather_single", funcol.all_gather_tensor)
+funcol_reduce_scatter_single = _newer(funcol, "reduce_scatter_single",
+                                      funcol.reduce_scatter_tensor)
+
+
+def _active_mode():
+    modes = [m for m in _get_current_dispatch_mode_stack()
+             if isinstance(m, _local_tensor.LocalTensorMode)]
+    return modes[-1] if modes else None
+
+
+def _rank_map(cb: Callable[[int], torch.Tensor]) -> torch.Tensor:
+    mode = _active_mode()
+    if mode is None:
+        return cb(dist.get_rank())
+    with _disable_current_modes():
+        return _local_tensor.LocalTensor({r: cb(r) for r in sorted(mode.ranks)})
+
+
+def _disable_local_tensor_mode() -> contextlib.AbstractContextManager:
+    return _disable_current_modes() if _active_mode() is not None else contextlib.nullcontext()
+
+
+rank_map: Callable[[Callable[[int], torch.Tensor]], torch.Tensor] = _newer(
+    _local_tensor, "rank_map", _rank_map)
+"""``cb(rank)`` for every simulated rank as one ``LocalTensor``; ``cb(rank)``
+of this process's rank outside simulation."""
+
+maybe_disable_local_tensor_mode: Callable[[], contextlib.AbstractContextManager] = _newer(
+    _local_tensor, "maybe_disable_local_tensor_mode", _disable_local_tensor_mode)
+"""A context in which simulated ranks' tensors are plain again (no-op outside
+simulation)."""

@@ -23,7 +23,7 @@ import contextlib
 import functools
 import threading
 
-from parity.torch_impl import keras_distribution_lib as kdl
+from parity.torch_impl.keras import distribution_lib as kdl
 
 _ORIGINAL: dict[str, object] = {}
 _state = threading.local()

@@ -96,12 +96,12 @@ def install_keras() -> None:
         from keras.src import backend as keras_backend
         from keras.src.distribution import distribution_lib as keras_distribution
 
-        from parity.torch_impl import keras_distribution_lib, keras_trainer, keras_variables
+        from parity.torch_impl.keras import distribution_lib, trainer, variables
 
-        keras_backend.distribution_lib = keras_distribution_lib  # H1
-        keras_distribution.distribution_lib = keras_distribution_lib  # H2
-        keras_variables.install()
-        keras_trainer.install()
+        keras_backend.distribution_lib = distribution_lib  # H1
+        keras_distribution.distribution_lib = distribution_lib  # H2
+        variables.install()
+        trainer.install()
         _installed = True
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
-from parity.torch_impl import keras_distribution_lib as kdl
+from parity.torch_impl.keras import distribution_lib as kdl
 from parity.torch_impl.distribute import all_gather_variable
 
 _ORIGINAL: dict[str, object] = {}
@@ -155,7 +155,7 @@ def install() -> None:
     from keras.src.backend.common.variables import Variable as KerasVariable
     from keras.src.backend.torch import core
 
-    from parity.torch_impl.keras_trainer import _in_mixing
+    from parity.torch_impl.keras.trainer import _in_mixing
 
     if _ORIGINAL:
         return

@@ -16,16 +16,16 @@ def run_under_torchrun(cases, args) -> int:
     from parity import torch_impl
     from conformance.report import ReportWriter, make_header
     from conformance.run_torch import TorchRunner
+    from conformance.runner import case_fields
 
     import torch
 
     torch_impl.initialize()
     world, rank = torch_impl.num_processes(), torch_impl.process_id()
-    device = "cuda" if torch_impl.runtime.device_type() == "cuda" else "cpu"
+    device = torch_impl.torch_device().type
     runner = TorchRunner(world, device=device, raw=args.raw)
     column = "torch-raw" if args.raw else "torch"
-    semantics = "raw-dtensor" if args.raw else (
-        "jax_semantics" if getattr(torch_impl, "jax_semantics", None) else "none")
+    semantics = "raw-dtensor" if args.raw else "jax_semantics"
     writer = None
     if rank == 0:
         header = make_header("torch", column, device, "multiprocess", world_size=world,
@@ -38,10 +38,7 @@ def run_under_torchrun(cases, args) -> int:
         for case in selected:
             entry = runner.run(case.to_json())
             if writer is not None:
-                data = case.to_json()
-                writer.add({"id": case.id, "op": case.op, "mesh": data["mesh"],
-                            "inputs": data["inputs"], "kwargs": data["kwargs"],
-                            "grad": case.grad, **entry})
+                writer.add({**case_fields(case), **entry})
     finally:
         if writer is not None:
             writer.close(seconds=round(time.monotonic() - started, 2),

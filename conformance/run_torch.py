@@ -2,9 +2,10 @@
 Never imports jax.
 
 * parity (default): inputs laid out by ``parity.torch_impl.distribute_tensor``,
-  the op runs under ``parity.torch_impl.jax_semantics()`` when that exists
-  (the header says ``"semantics": "jax_semantics"``; otherwise ``"none"`` and
-  the op runs on plain DTensor), outputs read by ``describe`` / ``to_numpy``.
+  the op runs under ``parity.torch_impl.jax_semantics()`` (the header says
+  ``"semantics": "jax_semantics"``), outputs read by ``describe`` /
+  ``to_numpy``. Without ``jax_semantics`` the worker does not start: the
+  parity column never quietly runs plain DTensor.
 * raw (``--raw``): what a user gets from DTensor alone. Inputs by
   ``torch.distributed.tensor.distribute_tensor`` with public placements only:
   ``Shard(d)`` on every mesh axis of dim ``d``, ``Replicate()`` elsewhere.
@@ -17,21 +18,22 @@ Never imports jax.
   unevenly without an error, as DTensor does. SPEC's collectives have no
   DTensor equivalent: the raw column reports them ``unsupported``.
 
-Outputs carry ``"rule": null``.
+Only public functions of ``parity.torch_impl`` are used. Outputs carry
+``"rule": null``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import Any
 
 import numpy as np
 import torch
 
-from conformance.catalogue import GRAD_CLASS, get_op, tolerance
-from conformance.errors import error_record
-from conformance.values import encode, host_values
+import parity
+from conformance.catalogue import Op
+from conformance.records import CaseRunner, array_record
+from conformance.values import host_values
 
 
 def setup(n_devices: int, device: str = "cpu", raw: bool = False) -> tuple[contextlib.ExitStack, dict]:
@@ -41,9 +43,8 @@ def setup(n_devices: int, device: str = "cpu", raw: bool = False) -> tuple[conte
     torch.set_num_threads(1)
     stack = contextlib.ExitStack()
     stack.enter_context(torch_impl.simulate(n_devices, device=device))
-    semantics = "raw-dtensor" if raw else (
-        "jax_semantics" if getattr(torch_impl, "jax_semantics", None) else "none")
-    facts = {"semantics": semantics, "versions": {"torch": torch.__version__}}
+    facts = {"semantics": "raw-dtensor" if raw else "jax_semantics",
+             "versions": {"torch": torch.__version__}}
     if device == "cuda":
         facts["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32,
                          "cudnn": torch.backends.cudnn.allow_tf32}
@@ -51,34 +52,26 @@ def setup(n_devices: int, device: str = "cpu", raw: bool = False) -> tuple[conte
     return stack, facts
 
 
-class TorchRunner:
+class TorchRunner(CaseRunner):
     """Executes case dicts and returns report entries (parity or raw column)."""
 
     def __init__(self, n_devices: int, device: str = "cpu", raw: bool = False) -> None:
         import torch.nn.functional as F
 
         from parity import torch_impl
+        from parity.torch_impl import jax_semantics  # the parity column's whole point
 
-        self.ti = torch_impl
+        self.ti = self.backend = torch_impl
         self.raw = raw
         self.device = device
         self.n = n_devices
-        self.semantics = None if raw else getattr(torch_impl, "jax_semantics", None)
+        self.semantics = contextlib.nullcontext if raw else jax_semantics
         self.api = _RawApi(self) if raw else torch_impl
         self.ns = {"torch": torch, "F": F, "np": np, "B": self.api}
 
-    def mesh(self, case):
-        import parity
-
-        shape = tuple(case["mesh"]["shape"])
-        n = int(np.prod(shape))
-        devices = self.ti.list_devices()[:n]
-        return parity.DeviceMesh(shape, tuple(case["mesh"]["axis_names"]), devices)
-
-    def layout(self, entries, mesh):
-        import parity
-
-        return parity.TensorLayout(tuple(tuple(e) if isinstance(e, list) else e for e in entries), mesh)
+    def host_tensor(self, host: np.ndarray) -> torch.Tensor:
+        """Host values as a plain tensor on this process's device."""
+        return torch.from_numpy(np.ascontiguousarray(host)).to(self.ti.torch_device())
 
     def distribute(self, host: np.ndarray, entries, mesh):
         if not self.raw:
@@ -86,38 +79,21 @@ class TorchRunner:
         from torch.distributed.tensor import distribute_tensor
 
         placements = raw_placements(self.layout(entries, mesh))
-        tensor = torch.from_numpy(np.ascontiguousarray(host)).to(self.ti.runtime.torch_device())
-        return distribute_tensor(tensor, self.ti.to_torch_mesh(mesh), placements)
+        return distribute_tensor(self.host_tensor(host), self.ti.to_torch_mesh(mesh), placements)
 
-    def run(self, case: dict[str, Any]) -> dict[str, Any]:
-        start = time.perf_counter()
-        op = get_op(case["op"])
-        entry: dict[str, Any] = {"status": "ok", "error": None, "outputs": [], "grads": []}
-        try:
-            entry.update(self._run(case, op))
-        except Exception as err:  # noqa: BLE001 - every failure is a recorded result
-            entry = {"status": "error", "error": error_record(err), "outputs": [], "grads": []}
-        dtype = entry["outputs"][0]["dtype"] if entry["outputs"] else "float32"
-        entry["tolerance"] = tolerance(op.tol, self.device, dtype)
-        if case.get("grad"):
-            entry["grad_tolerance"] = tolerance(GRAD_CLASS[op.tol], self.device)
-        entry["seconds"] = round(time.perf_counter() - start, 4)
-        return entry
-
-    def _run(self, case, op) -> dict[str, Any]:
+    def _execute(self, case: dict[str, Any], op: Op) -> dict[str, Any]:
         mesh = self.mesh(case)
         kwargs = dict(case.get("kwargs", {}))
         if "target" in kwargs:
             kwargs["target"] = self.layout(kwargs["target"], mesh)
         want_grad = bool(case.get("grad")) and op.grad
         args, grad_leaves = [], []
-        device = self.ti.runtime.torch_device()
         for i, (item, host) in enumerate(zip(case["inputs"], host_values(case))):
             if "scalar" in item:
                 args.append(item["scalar"])
                 continue
             if item.get("layout") is None:
-                x = host if op.group == "api" else torch.from_numpy(np.ascontiguousarray(host)).to(device)
+                x = host if op.group == "api" else self.host_tensor(host)
             else:
                 x = self.distribute(host, item["layout"], mesh)
             if want_grad and isinstance(x, torch.Tensor) and x.is_floating_point():
@@ -125,8 +101,7 @@ class TorchRunner:
                 grad_leaves.append((i, x))
             args.append(x)
         fn = op.compile("torch", self.ns, list(kwargs), raw=self.raw)
-        context = self.semantics() if self.semantics else contextlib.nullcontext()
-        with context:
+        with self.semantics():
             out = fn(*args, **kwargs)
             leaves = list(out) if isinstance(out, (tuple, list)) else [out]
             if grad_leaves:
@@ -143,35 +118,29 @@ class TorchRunner:
         return {"outputs": outputs, "grads": grads}
 
     def record(self, x) -> dict[str, Any]:
-        """Report form: shape, dtype, spec, shards, pending, rule (null), values."""
+        """Report form (``records.array_record``, rule null). A raw DTensor
+        whose placements no PartitionSpec describes records them as text."""
         from torch.distributed.tensor import DTensor
 
-        if isinstance(x, DTensor):
-            values = self._values(x)
-            try:
-                placement = self.ti.describe(x).to_json()
-            except ValueError as err:  # placements no PartitionSpec describes
-                rec = {"shape": list(x.shape), "dtype": values.dtype.name, "spec": None,
-                       "shards": None, "pending": [], "placements": str(tuple(x.placements)),
-                       "describe_error": str(err)[:300]}
-            else:
-                rec = {"shape": placement["shape"], "dtype": values.dtype.name,
-                       "spec": placement["spec"], "shards": placement["shards"],
-                       "pending": placement["pending"]}
-        else:
+        if not isinstance(x, DTensor):
             values = self.ti.to_numpy(x) if isinstance(x, torch.Tensor) else np.asarray(x)
-            rec = {"shape": list(values.shape), "dtype": values.dtype.name,
-                   "spec": None, "shards": None, "pending": []}
-        rec["rule"] = None
-        rec["values"] = encode(values)
-        return rec
+            return array_record(values, None, None)
+        values = self._values(x)
+        try:
+            placement = self.ti.describe(x)
+        except parity.LayoutError as err:  # e.g. a _StridedShard order: only raw DTensor
+            rec = array_record(values, None, None)
+            rec.update({"shape": list(x.shape), "placements": str(tuple(x.placements)),
+                        "describe_error": str(err)[:300]})
+            return rec
+        return array_record(values, placement, None)
 
     def _values(self, x) -> np.ndarray:
         if not self.raw:
             return self.ti.to_numpy(x)
         full = x.full_tensor()  # raw: DTensor's own gather (reduces a Partial)
         local_tensors = getattr(full, "_local_tensors", None)
-        if local_tensors is not None:
+        if local_tensors is not None:  # LocalTensor (simulated ranks): rank 0's copy
             full = local_tensors[min(local_tensors)]
         return full.detach().cpu().numpy()
 
@@ -204,8 +173,8 @@ class _RawApi:
         mesh = layout.require_mesh()
         if isinstance(x, DTensor):
             return x.redistribute(x.device_mesh, self._placements(layout))
-        tensor = torch.from_numpy(np.ascontiguousarray(x)).to(self.r.ti.runtime.torch_device())
-        return distribute_tensor(tensor, self.r.ti.to_torch_mesh(mesh), self._placements(layout))
+        return distribute_tensor(self.r.host_tensor(x), self.r.ti.to_torch_mesh(mesh),
+                                 self._placements(layout))
 
     def distribute_data_input(self, x, layout, batch_dim_name=None):
         return self.distribute_tensor(x, layout)
@@ -216,9 +185,10 @@ class _RawApi:
         return x.redistribute(x.device_mesh, [Replicate()] * x.device_mesh.ndim)
 
     def _none(self, name):
-        raise NotImplementedError(
+        raise parity.UnsupportedOpError(
             f"plain DTensor has no {name} over one named mesh axis with shard_map "
-            "meaning (reduce each device's local block); parity provides it")
+            "meaning (reduce each device's local block); parity provides it",
+            op=name, reason="no DTensor equivalent")
 
     def all_reduce(self, x, op="sum", axis_name=None):
         self._none("all_reduce")

@@ -154,7 +154,7 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
                                       f"{log_path.name})", device)
                     result["seconds"] = round(time.monotonic() - t0, 4)
                 result.pop("id", None)
-                entry = {**_case_fields(case), **result}
+                entry = {**case_fields(case), **result}
                 entry.setdefault("seconds", round(time.monotonic() - t0, 4))
                 writer.add(entry)
                 counts[entry["status"]] = counts.get(entry["status"], 0) + 1
@@ -180,7 +180,8 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
             "interrupted": interrupted}
 
 
-def _case_fields(case: Case) -> dict[str, Any]:
+def case_fields(case: Case) -> dict[str, Any]:
+    """The case as a report entry starts: id, op, mesh, inputs, kwargs, grad."""
     data = case.to_json()
     return {"id": data["id"], "op": data["op"], "mesh": data["mesh"],
             "inputs": data["inputs"], "kwargs": data["kwargs"], "grad": data["grad"]}

@@ -21,7 +21,7 @@ the dtype JAX actually holds).
 """
 
 from parity.jax_ref.collectives import all_gather, all_reduce, reduce_scatter
-from parity.jax_ref.describe import describe
+from parity.jax_ref.describe import describe, describe_sharding
 from parity.jax_ref.devices import (
     get_device_count,
     initialize,
@@ -56,6 +56,7 @@ __all__ = [
     "all_gather_variable",
     "all_reduce",
     "describe",
+    "describe_sharding",
     "distribute_data_input",
     "distribute_tensor",
     "distribute_variable",

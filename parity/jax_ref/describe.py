@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from jax.sharding import NamedSharding
 
+from parity.errors import ParityError
 from parity.jax_ref.distribute import require_distributed
 from parity.jax_ref.meshes import spec_of
 from parity.placement import Placement
@@ -26,9 +28,24 @@ def describe(x: Any) -> Placement:
     Raises ``ParityError`` when ``x`` is not a distributed ``jax.Array``.
     """
     x = require_distributed(x, "describe")
-    sharding = x.sharding
+    return describe_sharding(x.sharding, tuple(x.shape), x.dtype)
+
+
+def describe_sharding(sharding: NamedSharding, shape: tuple[int, ...], dtype: Any) -> Placement:
+    """The ``Placement`` an array of ``shape`` and ``dtype`` has under
+    ``sharding`` (a ``NamedSharding`` on a concrete mesh), read from JAX's
+    ``devices_indices_map``: what ``describe`` gives for such an array, and
+    how a traced or compiled output's sharding is read without the array.
+
+    Raises ``ParityError`` for a sharding that is not a ``NamedSharding`` on
+    a concrete mesh, and for an unconstrained spec entry.
+    """
+    if not isinstance(sharding, NamedSharding) or not hasattr(sharding.mesh, "devices"):
+        raise ParityError(
+            f"describe_sharding needs a NamedSharding on a concrete mesh; got {sharding!r}."
+        )
     mesh = sharding.mesh
-    shape = tuple(int(s) for s in x.shape)
+    shape = tuple(int(s) for s in shape)
     position = {device: i for i, device in enumerate(mesh.devices.flat)}
     shards = {
         position[device]: tuple(
@@ -38,7 +55,7 @@ def describe(x: Any) -> Placement:
     }
     return Placement(
         shape=shape,
-        dtype=np.dtype(x.dtype).name,
+        dtype=np.dtype(dtype).name,
         mesh_shape=tuple(mesh.devices.shape),
         axis_names=tuple(mesh.axis_names),
         spec=spec_of(sharding.spec, len(shape)),

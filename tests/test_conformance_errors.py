@@ -1,0 +1,63 @@
+"""Error categories: the exception's type decides; library messages are read
+in one place (``conformance.errors.foreign_category``), one test each."""
+
+from __future__ import annotations
+
+import pytest
+
+import parity
+from conformance.errors import FOREIGN_MESSAGES, FOREIGN_TYPES, categorize, error_record
+
+
+@pytest.mark.parametrize("err, category", [
+    (parity.LayoutError("x"), "invalid-layout"),
+    (parity.IndivisibleError("x", dim=0, size=6, axes=("x",), shards=8), "indivisible"),
+    (parity.MeshMismatchError("x", first=None, second=None), "invalid-layout"),
+    (parity.AmbiguousShardingError("x", op="matmul"), "ambiguous-sharding"),
+    (parity.UnsupportedOpError("x", op="cat"), "unsupported"),
+    (parity.ParityError("x"), "other"),
+])
+def test_a_parity_error_s_category_is_its_class_s(err, category):
+    assert categorize(err) == category
+
+
+def test_a_parity_error_s_message_does_not_change_its_category():
+    # The message reads like another category's; the type wins.
+    assert categorize(parity.LayoutError("does not divide; ambiguous; not supported")) == \
+        "invalid-layout"
+
+
+def test_jax_s_sharding_type_error_is_ambiguous_sharding():
+    class ShardingTypeError(TypeError):  # jax._src.core.ShardingTypeError, by name
+        pass
+
+    assert "ShardingTypeError" in FOREIGN_TYPES
+    assert categorize(ShardingTypeError("dot_general ... involves an unreduced")) == \
+        "ambiguous-sharding"
+
+
+def test_dtensor_mixed_tensor_and_dtensor_is_unsupported():
+    message = ("aten.add.Tensor got mixed torch.Tensor and DTensor, need to convert all "
+               "torch.Tensor to DTensor before calling distributed operators!")
+    assert categorize(RuntimeError(message)) == "unsupported"
+
+
+def test_every_known_library_message_has_a_test_here():
+    tested = {"got mixed torch\\.Tensor and DTensor"}
+    assert {pattern.pattern for _, pattern, _ in FOREIGN_MESSAGES} == tested
+
+
+@pytest.mark.parametrize("err", [
+    RuntimeError("some dim does not divide evenly"),  # text of another category: not read
+    ValueError("matmul input operand 1 must have ndim at least 1, but it has ndim 0"),
+    TypeError("matmul(): argument 'other' (position 2) must be Tensor, not float"),
+    NameError("name 'axis' is not defined"),
+])
+def test_any_other_library_exception_is_other(err):
+    assert categorize(err) == "other"
+
+
+def test_error_record_names_category_type_and_message():
+    rec = error_record(parity.LayoutError("axis 'z' is not a mesh axis"))
+    assert rec == {"category": "invalid-layout", "type": "LayoutError",
+                   "message": "axis 'z' is not a mesh axis"}

@@ -23,6 +23,7 @@ the path of the offending field, e.g. ``cases[2].inputs[0].layout[1]: ...``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.catalogue import OPS, Op
+from conformance.signatures import SIGNATURES, Kwarg, json_schema
 from conformance.values import DTYPES
 
 MESHES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
@@ -195,6 +197,10 @@ def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) 
     if case_values is not None and (not isinstance(case_values, list) or len(case_values) != len(inputs_raw)):
         raise _err(f"{path}.values", "a list with one entry (nested lists or null) per input")
     spec_op = OPS[op]
+    arity = SIGNATURES[op].arity
+    if len(inputs_raw) != arity:
+        raise _err(f"{path}.inputs", f"{op} takes {arity} input{'s' if arity > 1 else ''}; "
+                                     f"got {len(inputs_raw)}")
     inputs = []
     for i, item in enumerate(inputs_raw):
         ipath = f"{path}.inputs[{i}]"
@@ -237,6 +243,7 @@ def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) 
     kwargs = raw.get("kwargs", {})
     if not isinstance(kwargs, dict):
         raise _err(f"{path}.kwargs", f"an object; got {kwargs!r}")
+    check_signature(op, len(inputs_raw), kwargs, path)
     if "target" in kwargs:
         target = kwargs["target"]
         rank = len(inputs[0].shape)
@@ -251,19 +258,110 @@ def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) 
     return Case(cid, op, mesh_shape, axis_names, tuple(inputs), kwargs, grad)
 
 
-def load_case_file(path: str | Path, default_mesh: tuple | None = None) -> list[Case]:
-    """All cases of a case file. Raises ``CaseFileError`` (names file and field)."""
+def check_signature(op: str, n_inputs: int, kwargs: Mapping[str, Any], path: str) -> None:
+    """Raise ``CaseFileError`` unless ``kwargs`` fit the op's signature
+    (``conformance.signatures``): known names, JSON types, choices, every
+    required name given. The message names the field and the valid kwargs."""
+    sig = SIGNATURES[op]
+    for name, value in kwargs.items():
+        kw = sig.kwargs.get(name)
+        if kw is None:
+            raise _err(f"{path}.kwargs.{name}", f"{op} has no kwarg {name!r}; {op} takes: "
+                                                f"{sig.describe_kwargs()}")
+        if not _fits(kw, value):
+            raise _err(f"{path}.kwargs.{name}", f"{value!r} does not fit; {kw.describe()}")
+    missing = [k.name for k in sig.kwargs.values() if k.required and k.name not in kwargs]
+    if missing:
+        raise _err(f"{path}.kwargs", f"missing {', '.join(map(repr, missing))}; {op} takes: "
+                                     f"{sig.describe_kwargs()}")
+
+
+def _fits(kw: Kwarg, value: Any) -> bool:
+    if kw.choices:
+        return value in kw.choices
+    for kind in kw.types:
+        if kind == "layout":
+            return isinstance(value, list)  # parse_layout checks the entries
+        if kind in ("string", "mesh axis name") and isinstance(value, str) and value:
+            return True
+        if kind == "null" and value is None:
+            return True
+        if kind == "boolean" and isinstance(value, bool):
+            return True
+        if kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True
+        if kind == "integer list" and isinstance(value, list) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return True
+    return False
+
+
+def validate_schema(data: Any) -> None:
+    """Raise ``CaseFileError`` (field path and reason) when ``data`` does not
+    follow the case-file JSON Schema (``signatures.json_schema``). A case's
+    kwargs are checked first by ``check_signature``, whose message lists the
+    op's valid kwargs."""
+    import jsonschema
+
+    for i, case in enumerate(data.get("cases", []) if isinstance(data, dict) else []):
+        if (isinstance(case, dict) and case.get("op") in SIGNATURES
+                and isinstance(case.get("kwargs", {}), dict)):
+            check_signature(case["op"], len(case.get("inputs") or ()), case.get("kwargs", {}),
+                            f"cases[{i}]")
+    validator = jsonschema.Draft202012Validator(_schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if error is None:
+        return
+    parts = list(error.absolute_path)
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
+    message = error.message
+    if parts[:1] == ["cases"] and len(parts) >= 3 and parts[2] == "inputs":
+        op = data["cases"][parts[1]].get("op")
+        if op in SIGNATURES and len(parts) == 3:
+            message = (f"{op} takes {SIGNATURES[op].arity} input(s); got "
+                       f"{len(data['cases'][parts[1]]['inputs'])}")
+    raise CaseFileError(f"{where or '(file)'}: {message} (see docs/case-format.md)")
+
+
+@functools.cache
+def _schema() -> dict[str, Any]:
+    return json_schema()
+
+
+def load_case_file(path: str | Path, default_mesh: tuple | None = None,
+                   check_shapes: bool = True) -> list[Case]:
+    """All cases of a case file, validated against the JSON Schema, parsed,
+    and (``check_shapes``, when JAX is installed) their shapes checked
+    against the op (``shape_check``). Raises ``CaseFileError`` naming the
+    file and the field.
+    """
+    from conformance.shape_check import UnfitCase, check_fit, jax_available, warn_unchecked
+
     path = Path(path)
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise CaseFileError(f"{path}: no such case file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise CaseFileError(f"{path}: cannot read it: {err}") from None
     except json.JSONDecodeError as err:
         raise CaseFileError(f"{path}: not valid JSON: {err}") from None
     try:
-        return parse_cases(data, default_mesh)
+        validate_schema(data)
+        cases = parse_cases(data, default_mesh)
     except CaseFileError as err:
         raise CaseFileError(f"{path}: {err}") from None
+    if check_shapes and not jax_available():
+        warn_unchecked()
+    elif check_shapes:
+        for i, case in enumerate(cases):
+            try:
+                check_fit(case.to_json())
+            except UnfitCase as err:
+                raise CaseFileError(f"{path}: cases[{i}].inputs: {err}") from None
+    return cases
 
 
 def parse_cases(data: Any, default_mesh: tuple | None = None) -> list[Case]:
@@ -377,8 +475,10 @@ def _mixed_cases(op: Op, mesh_tag: str, mesh_shape, names, shape_set) -> list[Ca
         host = Input("host", shape_set.shapes[-1], last_arg.dtype, None, last_arg.domain)
         out.append(Case(_make_id(op.name, mesh_tag, "mixed-host", combo + (None,), {}),
                         op.name, mesh_shape, names, head + (host,), {}, op.grad))
-        out.append(Case(_make_id(op.name, mesh_tag, "mixed-scalar", combo, {}, "scalar"),
-                        op.name, mesh_shape, names, head + (Input("scalar", values=scalar),), {}))
+        if op.group != "linalg":  # a contraction has no scalar operand (matmul(x, 2.0) fails)
+            out.append(Case(_make_id(op.name, mesh_tag, "mixed-scalar", combo, {}, "scalar"),
+                            op.name, mesh_shape, names, head + (Input("scalar", values=scalar),),
+                            {}))
     return out
 
 

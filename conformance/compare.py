@@ -7,7 +7,8 @@
 | ``placement-differs`` | a ``"typed"`` output sits differently (spec, shards, or a pending reduction) |
 | ``grads-differ``    | a gradient's values or (typed) placement differ               |
 | ``error-differs``   | one side failed, or both failed in different categories       |
-| ``both-reject``     | both failed in the same category: parity holds                |
+| ``both-reject``     | both failed in the same specific category: parity holds       |
+| ``both-other``      | both failed with category ``other`` (a malformed case, a crash, a bug): says nothing about parity, fails the run |
 | ``missing``         | the case is in only one report                                |
 
 Checked in that order; the first failure is the verdict and its reason
@@ -27,7 +28,8 @@ import numpy as np
 from conformance.values import decode
 
 VERDICTS = ("match", "values-differ", "placement-differs", "grads-differ", "error-differs",
-            "both-reject", "missing")
+            "both-reject", "both-other", "missing")
+HOLDS = ("match", "both-reject")  # the verdicts that say parity holds
 SCHEMA = "parity.comparison/1"
 
 
@@ -111,6 +113,11 @@ def verdict_of(ref: dict | None, cand: dict | None) -> dict[str, Any]:
     cerr = cand.get("error") if cand.get("status") != "ok" else None
     if rerr or cerr:
         if rerr and cerr:
+            if rerr.get("category") == cerr.get("category") == "other":
+                return {"verdict": "both-other", "notes": notes,
+                        "reason": f"both fail with category other: candidate {cerr.get('type')}: "
+                                  f"{_first_line(cerr.get('message'))}; reference "
+                                  f"{rerr.get('type')}: {_first_line(rerr.get('message'))}"}
             if rerr.get("category") == cerr.get("category"):
                 return {"verdict": "both-reject", "notes": notes,
                         "reason": f"both reject: {rerr.get('category')} ({cerr.get('type')})"}
@@ -190,7 +197,7 @@ def compare_reports(ref: dict, cand: dict) -> dict[str, Any]:
         "reference": _header(ref), "candidate": _header(cand),
         "summary": summary, "total": len(results),
         "chosen_placement_notes": chosen_notes,
-        "ok": all(x["verdict"] in ("match", "both-reject") for x in results),
+        "ok": all(x["verdict"] in HOLDS for x in results),
         "cases": results,
     }
 
@@ -225,10 +232,17 @@ def to_markdown(comparison: dict, title: str = "parity comparison") -> str:
     lines += [f"| **total** | {comparison['total']} |", "",
               f"Chosen (non-normative) placements that differ: {comparison['chosen_placement_notes']}.",
               ""]
-    bad = [c for c in comparison["cases"] if c["verdict"] not in ("match", "both-reject")]
-    if bad:
-        lines += ["## Cases that do not hold", "", "| case | verdict | reason |", "|---|---|---|"]
-        for c in bad:
-            reason = c["reason"].replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| `{c['id']}` | {c['verdict']} | {reason} |")
+    cases = comparison["cases"]
+    groups = (("Cases that do not hold", [c for c in cases if c["verdict"] not in HOLDS]),
+              ("Cases both backends reject in the same category (parity holds)",
+               [c for c in cases if c["verdict"] == "both-reject"]))
+    for heading, group in groups:
+        if group:
+            lines += [f"## {heading}", "", "| case | verdict | reason |", "|---|---|---|"]
+            lines += [f"| `{c['id']}` | {c['verdict']} | {_cell(c['reason'])} |" for c in group]
+            lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conformance.compare import VERDICTS
 
-COLOURS = {"match": "#3a9d5d", "both-reject": "#8fbf9f", "values-differ": "#d64545",
+COLOURS = {"match": "#3a9d5d", "both-reject": "#8fbf9f", "both-other": "#7a4fa0", "values-differ": "#d64545",
            "placement-differs": "#e8a33d", "grads-differ": "#b565c7",
            "error-differs": "#d9713a", "missing": "#9a9a9a"}
 

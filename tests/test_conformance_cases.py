@@ -75,6 +75,81 @@ def test_bad_case_files_raise_an_error_naming_the_field(path, value, field):
     assert str(err.value).startswith(field + ":"), str(err.value)
 
 
+SOFTMAX = {"id": "sm", "op": "softmax", "mesh": {"shape": [2, 4], "axis_names": ["data", "model"]},
+           "inputs": [{"shape": [8, 16], "dtype": "float32", "layout": ["data", None]}],
+           "kwargs": {"axis": -1}}
+
+
+def _write(tmp_path, *cases):
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps({"cases": list(cases)}))
+    return path
+
+
+def test_a_kwarg_the_op_does_not_take_is_refused_with_the_valid_kwargs(tmp_path):
+    path = _write(tmp_path, {**SOFTMAX, "kwargs": {"dim": 1}})
+    with pytest.raises(CaseFileError, match=r"cases\[0\]\.kwargs\.dim: softmax has no kwarg "
+                                            r"'dim'; softmax takes: axis: integer"):
+        load_case_file(path)
+
+
+def test_a_kwarg_of_the_wrong_type_is_refused_naming_its_type(tmp_path):
+    path = _write(tmp_path, {**SOFTMAX, "kwargs": {"axis": "last"}})
+    with pytest.raises(CaseFileError, match=r"cases\[0\]\.kwargs\.axis: 'last' does not fit; "
+                                            r"axis: integer"):
+        load_case_file(path)
+
+
+def test_a_missing_required_kwarg_is_refused(tmp_path):
+    path = _write(tmp_path, {**SOFTMAX, "kwargs": {}})
+    with pytest.raises(CaseFileError, match=r"cases\[0\]\.kwargs: missing 'axis'"):
+        load_case_file(path)
+
+
+def test_a_reduction_op_outside_the_choices_is_refused_with_the_choices(tmp_path):
+    case = {"id": "ar", "op": "all_reduce", "mesh": {"shape": [8]},
+            "inputs": [{"shape": [8, 16], "dtype": "float32", "layout": ["x", None]}],
+            "kwargs": {"op": "prod", "axis_name": "x"}}
+    with pytest.raises(CaseFileError, match=r"kwargs\.op: 'prod' does not fit; op: one of "
+                                            r"'sum', 'mean', 'max', 'min'"):
+        load_case_file(_write(tmp_path, case))
+
+
+def test_a_missing_input_is_refused_with_the_op_s_arity(tmp_path):
+    case = _with(("inputs",), GOOD["cases"][0]["inputs"][:1])["cases"][0]
+    with pytest.raises(CaseFileError, match=r"cases\[0\]\.inputs: matmul takes 2 input"):
+        load_case_file(_write(tmp_path, case))
+
+
+def test_shapes_that_do_not_fit_the_op_are_refused_with_jax_s_reason(tmp_path):
+    case = _with(("inputs", 1, "shape"), [10, 6])["cases"][0]
+    with pytest.raises(CaseFileError, match=r"cases\[0\]\.inputs: inputs \(\[8, 12\], \[10, 6\]\)"
+                                            r" .* do not fit matmul: JAX says"):
+        load_case_file(_write(tmp_path, case))
+
+
+def test_an_axis_out_of_range_for_an_op_is_refused(tmp_path):
+    path = _write(tmp_path, {**SOFTMAX, "kwargs": {"axis": 2}})
+    with pytest.raises(CaseFileError, match=r"do not fit softmax"):
+        load_case_file(path)
+
+
+def test_a_collective_s_unknown_axis_name_is_kept_for_the_backends_to_reject(tmp_path):
+    case = {"id": "ag", "op": "all_gather", "mesh": {"shape": [8]},
+            "inputs": [{"shape": [8, 16], "dtype": "float32", "layout": ["x", None]}],
+            "kwargs": {"axis": 0, "axis_name": "nope"}}
+    (parsed,) = load_case_file(_write(tmp_path, case))
+    assert parsed.kwargs["axis_name"] == "nope"
+
+
+def test_the_json_schema_refuses_what_the_parser_refuses(tmp_path):
+    from conformance.cases import validate_schema
+
+    with pytest.raises(CaseFileError, match=r"cases\[0\]\.inputs\[1\]\.dtype"):
+        validate_schema(_with(("inputs", 1, "dtype"), "float64"))
+    validate_schema(GOOD)
+
+
 def test_repeated_ids_and_bad_json_are_named(tmp_path):
     data = {"cases": GOOD["cases"] * 2}
     with pytest.raises(CaseFileError, match=r"cases\[1\]\.id"):

@@ -120,3 +120,20 @@ def test_parity_ops_lists_the_catalogue(capsys):
     listed = json.loads(capsys.readouterr().out)
     assert [o["name"] for o in listed] == list(OPS)
     assert all(o["jax"] and o["torch"] for o in listed)
+
+
+def test_every_default_case_fits_its_op(cases):
+    """The default catalogue passes the check a case file gets: JAX's
+    ``eval_shape`` of the op on the case's global shapes and kwargs (one case
+    per distinct signature)."""
+    from conformance.shape_check import check_fit
+
+    seen = set()
+    for case in cases:
+        data = case.to_json()
+        key = (case.op, json.dumps(data["kwargs"], sort_keys=True),
+               tuple("scalar" if "scalar" in i else tuple(i["shape"]) for i in data["inputs"]))
+        if key not in seen:
+            seen.add(key)
+            check_fit(data)
+    assert len(seen) > len(OPS)

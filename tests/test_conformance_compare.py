@@ -94,9 +94,24 @@ def test_gradients_that_differ_are_grads_differ():
     (err("indivisible"), err("unsupported"), "error-differs"),
     (err("indivisible"), None, "error-differs"),
     (None, err("other"), "error-differs"),
+    (err("other"), err("other"), "both-other"),
 ])
 def test_errors(ref_err, cand_err, verdict):
     assert verdict_of(entry(error=ref_err), entry(error=cand_err))["verdict"] == verdict
+
+
+def test_both_failing_with_category_other_does_not_hold():
+    comp = compare_reports(report(entry("a", error=err("other"))),
+                           report(entry("a", error=err("other")), backend="torch"))
+    assert comp["summary"]["both-other"] == 1 and not comp["ok"]
+    assert "both fail with category other" in comp["cases"][0]["reason"]
+
+
+def test_markdown_lists_both_reject_cases_too():
+    comp = compare_reports(report(entry("a", error=err("indivisible"))),
+                           report(entry("a", error=err("indivisible")), backend="torch"))
+    md = to_markdown(comp)
+    assert "both backends reject" in md and "| `a` | both-reject |" in md
 
 
 def test_missing_cases_and_summary_counts_every_verdict():

@@ -26,7 +26,7 @@ from torch.distributed.tensor import DTensor
 
 import parity
 from parity.torch_impl import distribute as _dist
-from parity.torch_impl import runtime
+from parity.torch_impl import devices, meshes
 from parity.torch_impl.tensors import placements_of, require_layout
 
 __all__ = [
@@ -56,19 +56,19 @@ class TorchSharding:
 
 
 def list_devices(device_type=None):
-    return runtime.list_devices(device_type)
+    return devices.list_devices(device_type)
 
 
 def get_device_count(device_type=None):
-    return runtime.get_device_count(device_type)
+    return devices.get_device_count(device_type)
 
 
 def num_processes():
-    return runtime.num_processes()
+    return devices.num_processes()
 
 
 def process_id():
-    return runtime.process_id()
+    return devices.process_id()
 
 
 def initialize(job_addresses=None, num_processes=None, process_id=None):
@@ -83,7 +83,7 @@ def initialize(job_addresses=None, num_processes=None, process_id=None):
                 f"The provided job_addresses {addresses} has {len(addresses)} "
                 f"jobs, but num_processes is {num_processes}"
             )
-    runtime.initialize(job_addresses, num_processes, process_id)
+    devices.initialize(job_addresses, num_processes, process_id)
     initialize_rng()
 
 
@@ -93,7 +93,7 @@ def initialize_rng():
     from keras.src.random import seed_generator
     from keras.src.utils import rng_utils
 
-    if rng_utils.get_random_seed() is not None or runtime.num_processes() == 1:
+    if rng_utils.get_random_seed() is not None or devices.num_processes() == 1:
         return
     seed = torch.tensor([seed_generator.make_default_seed()], dtype=torch.int64)
     torch.distributed.broadcast(seed, src=0)
@@ -128,7 +128,7 @@ def _parity_mesh(keras_mesh) -> parity.DeviceMesh:
 def _to_backend_mesh(device_mesh):
     """The torch ``DeviceMesh`` of a Keras ``DeviceMesh`` (needs ranks:
     ``simulate(n)`` or ``initialize()``)."""
-    return runtime.to_torch_mesh(_parity_mesh(device_mesh))
+    return meshes.to_torch_mesh(_parity_mesh(device_mesh))
 
 
 def _to_backend_layout(tensor_layout):
@@ -140,7 +140,7 @@ def _to_backend_layout(tensor_layout):
     layout = _parity_layout(tensor_layout)
     mesh = layout.require_mesh()
     return TorchSharding(
-        mesh=runtime.to_torch_mesh(mesh),
+        mesh=meshes.to_torch_mesh(mesh),
         placements=tuple(placements_of(layout)),
         spec=layout.spec,
         layout=layout,
@@ -177,7 +177,7 @@ def _passes_through(x) -> bool:
 
 def _same_layout(x: DTensor, layout: parity.TensorLayout) -> bool:
     return (
-        x.device_mesh == runtime.to_torch_mesh(layout.require_mesh())
+        x.device_mesh == meshes.to_torch_mesh(layout.require_mesh())
         and tuple(x.placements) == tuple(placements_of(layout))
     )
 

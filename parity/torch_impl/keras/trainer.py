@@ -49,9 +49,9 @@ def _distribution():
 
 
 def _may_meet_dtensors() -> bool:
-    from parity.torch_impl import runtime
+    from parity.torch_impl import state
 
-    return _distribution() is not None or runtime.mode() != "plain"
+    return _distribution() is not None or state.mode() != "plain"
 
 
 @contextlib.contextmanager
@@ -120,11 +120,11 @@ def _make_iterator_class():
         distribution is set (as ``JAXEpochIterator`` does)."""
 
         def _get_iterator(self):
-            from parity.torch_impl import runtime
+            from parity.torch_impl import state
 
             distribution = _distribution()
             if distribution is None:
-                if runtime.mode() == "simulated":
+                if state.mode() == "simulated":
                     return _outside_local_mode(super()._get_iterator())
                 return super()._get_iterator()
             return self._get_distributed_iterator(distribution)
@@ -142,7 +142,7 @@ def _make_iterator_class():
 def _outside_local_mode(iterable):
     """Batches of a torch ``DataLoader`` fetched outside ``LocalTensorMode``
     (its index tensors must stay plain)."""
-    from parity.torch_impl.local_tensors import maybe_disable_local_tensor_mode
+    from parity.torch_impl.torch_compat import maybe_disable_local_tensor_mode
 
     with maybe_disable_local_tensor_mode():
         iterator = iter(iterable)

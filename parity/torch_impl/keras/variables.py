@@ -30,7 +30,7 @@ _ORIGINAL: dict[str, object] = {}
 
 
 def _no_local_mode():
-    from parity.torch_impl.local_tensors import maybe_disable_local_tensor_mode
+    from parity.torch_impl.torch_compat import maybe_disable_local_tensor_mode
 
     return maybe_disable_local_tensor_mode()
 

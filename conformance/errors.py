@@ -40,6 +40,12 @@ FOREIGN_MESSAGES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("unsupported",
      re.compile(r"got mixed torch\.Tensor and DTensor"),
      "DTensor: an op given a plain tensor next to a DTensor (RuntimeError)"),
+    ("unsupported",
+     re.compile(r"in-place operations that require placement changes are not supported"),
+     "DTensor: an in-place op whose result needs another placement (RuntimeError)"),
+    ("indivisible",
+     re.compile(r"Cannot unflatten unevenly sharded tensor"),
+     "DTensor: a reshape that splits a sharded dim unevenly (RuntimeError)"),
 )
 
 

@@ -42,8 +42,24 @@ def test_dtensor_mixed_tensor_and_dtensor_is_unsupported():
     assert categorize(RuntimeError(message)) == "unsupported"
 
 
+def test_dtensor_in_place_op_needing_a_placement_change_is_unsupported():
+    message = ("aten.add_.Scalar: in-place operations that require placement changes are not "
+               "supported. The operation would change the placement from (Partial(sum),) to "
+               "(Replicate(),), please use the out-of-place op instead.")
+    assert categorize(RuntimeError(message)) == "unsupported"
+
+
+def test_dtensor_uneven_unflatten_is_indivisible():
+    message = ("Cannot unflatten unevenly sharded tensor: output dimension 0 (size 2) is not "
+               "evenly divisible by mesh dimension 0 (size 8). Please redistribute the tensor "
+               "before this operation.")
+    assert categorize(RuntimeError(message)) == "indivisible"
+
+
 def test_every_known_library_message_has_a_test_here():
-    tested = {"got mixed torch\\.Tensor and DTensor"}
+    tested = {"got mixed torch\\.Tensor and DTensor",
+              "in-place operations that require placement changes are not supported",
+              "Cannot unflatten unevenly sharded tensor"}
     assert {pattern.pattern for _, pattern, _ in FOREIGN_MESSAGES} == tested
 
 

@@ -159,3 +159,24 @@ def test_opinfo_db_known_results():
     mean = {(r["column"], r["class"]) for r in records if r["op"] == "mean"}
     assert add == {"correct"}
     assert ("dtensor", "leaked-partial") in mean and ("parity", "correct") in mean
+
+
+def test_cli_refuses_the_opinfo_source_on_jax(capsys):
+    from conformance.cli import main
+
+    assert main(["run", "--backend", "jax", "--source", "opinfo", "--out", "x.json"]) == 2
+    assert "--backend torch" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_runner_times_out_a_hung_case_and_resumes_after_it(monkeypatch, tmp_path):
+    from conformance.opinfo_runner import run_opinfo
+
+    monkeypatch.setenv("PARITY_OPINFO_HANG_ON", "add:1")
+    out = tmp_path / "opinfo.json"
+    report = run_opinfo(["add"], meshes=("2x4",), modes=("sharded",), columns=("parity",),
+                        timeout=5, out=out, progress=False)
+    by_index = {r["index"]: r for r in report["cases"]}
+    assert by_index[1]["class"] == "raw-error" and "Timeout" in by_index[1]["reason"]
+    assert by_index[2]["class"] == "correct"  # the restarted worker went on
+    assert out.exists() and report["totals"]["parity"]["sharded"]["raw-error"] == 1

@@ -5,6 +5,10 @@
     parity compare REF.json CAND.json [--json C.json] [--md C.md] [--html C.html]
     parity conformance [--out-dir reports]
     parity ops
+
+Bad arguments (a malformed case file, ``--limit 0``, a selection that
+matches nothing, ``--mesh 2by4``, a negative ``--timeout``, an unwritable
+``--out``) print one line naming the value and exit 2 (``UsageError``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,54 @@ import os
 import sys
 from pathlib import Path
 
+EXIT_CODES = """exit status:
+  0    every case ran (run) / parity holds for every case (compare, conformance --strict)
+  1    a case does not hold (compare; conformance --strict), or a semantics diff regressed
+  2    bad arguments: a malformed case file, an empty selection, an unreadable file
+  130  interrupted (Ctrl-C or SIGTERM); what finished is written, marked interrupted"""
+
+
+class UsageError(Exception):
+    """A bad argument: ``main`` prints ``parity <command>: <message>``, exit 2."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be more than 0 seconds")
+    return value
+
+
+def parse_mesh(text: str) -> tuple[int, ...]:
+    """``"2x4"`` -> ``(2, 4)``. Raises ``UsageError`` naming the text."""
+    parts = text.lower().split("x")
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise UsageError(f"--mesh {text!r} is not a mesh shape: positive sizes joined by x, "
+                         "e.g. 8, 2x4 or 2x2x2")
+    return tuple(int(p) for p in parts)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line (no usage block)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: {message} (--help lists the options)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", nargs="+", metavar="FILE",
@@ -24,66 +76,127 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--op", action="append", default=[], metavar="NAME",
                    help="only this op (repeatable)")
     p.add_argument("-k", dest="pattern", metavar="TEXT", help="only case ids containing TEXT")
-    p.add_argument("--limit", type=int, help="at most N cases")
-    p.add_argument("--timeout", type=float, default=60.0,
-                   help="per-case time limit in seconds (default 60)")
+    p.add_argument("--limit", type=_positive_int, metavar="N", help="at most N cases (N >= 1)")
+    p.add_argument("--timeout", type=_positive_float, default=60.0, metavar="S",
+                   help="per-case time limit in seconds (default 60); a case over it is "
+                        "recorded as an error (other, Timeout) and the run goes on")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="parity", description="parity: JAX's sharding semantics for PyTorch DTensor, "
-                                   "checked op by op (see docs/reports.md)")
-    sub = parser.add_subparsers(dest="command", required=True)
+                                   "checked op by op (see docs/reports.md)",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    common = {"epilog": EXIT_CODES, "formatter_class": argparse.RawDescriptionHelpFormatter}
 
-    run = sub.add_parser("run", help="run cases on one backend, write a semantics report")
-    run.add_argument("--backend", choices=("jax", "torch"), required=True)
+    run = sub.add_parser("run", help="run cases on one backend, write a semantics report",
+                         description="Run cases (the default catalogue, or --cases files) on "
+                                     "one backend and write its semantics report.", **common)
+    run.add_argument("--backend", choices=("jax", "torch"), required=True,
+                     help="jax: the reference; torch: parity on DTensor (or --raw)")
     run.add_argument("--raw", action="store_true",
                      help="torch only: plain DTensor, no parity layer (what users get today)")
-    run.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    run.add_argument("--out", required=True, metavar="R.json")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                     help="where torch runs (the JAX reference runs on CPU)")
+    run.add_argument("--out", required=True, metavar="R.json",
+                     help="the report (R.json.partial while it runs, R.json.log: worker output)")
+    run.add_argument("--quiet", action="store_true",
+                     help="no progress (default: a bar on a terminal, else a line every 30 s; "
+                          "PARITY_PROGRESS_EVERY_S sets the interval)")
+    run.add_argument("--source", choices=("catalogue", "opinfo"), default="catalogue",
+                     help="opinfo: PyTorch's OpInfo samples on sharded DTensors against the "
+                          "unsharded op, parity and plain-DTensor columns (torch only; "
+                          "conformance/opinfo_runner.py)")
+    run.add_argument("--full", action="store_true",
+                     help="--source opinfo: every layout scheme, up to 12 samples per op")
     _add_selection(run)
 
-    cmp = sub.add_parser("compare", help="compare a candidate report with the reference")
-    cmp.add_argument("reference")
-    cmp.add_argument("candidate")
-    cmp.add_argument("--json", metavar="C.json")
-    cmp.add_argument("--md", metavar="C.md")
-    cmp.add_argument("--html", metavar="C.html")
+    cmp = sub.add_parser("compare", help="compare a candidate report with the reference, or "
+                                         "diff two comparisons",
+                         description="REF and CAND are semantics reports (parity.report/1): one "
+                                     "verdict per case. Two comparisons (parity.comparison/1), "
+                                     "or two candidate reports with --reference, give a "
+                                     "semantics diff: per case fixed, regressed or placement "
+                                     "moved.", **common)
+    cmp.add_argument("reference", help="the reference report (JAX), or the older comparison")
+    cmp.add_argument("candidate", help="the candidate report, or the newer comparison")
+    cmp.add_argument("--reference", dest="diff_reference", metavar="JAX.json",
+                     help="diff two candidate reports, each compared with this reference")
+    cmp.add_argument("--json", metavar="C.json", help="write the comparison (or diff) JSON")
+    cmp.add_argument("--md", metavar="C.md", help="write a Markdown summary")
+    cmp.add_argument("--html", metavar="C.html", help="write the HTML report")
 
-    conf = sub.add_parser("conformance", help="run jax, torch and torch --raw, compare, summarise")
-    conf.add_argument("--out-dir", default="reports")
+    conf = sub.add_parser("conformance", help="run jax, torch and torch --raw, compare, summarise",
+                          description="The catalogue (or a selection) on the JAX reference, "
+                                      "parity and raw DTensor, side by side; comparisons and "
+                                      "report.html in --out-dir.", **common)
+    conf.add_argument("--out-dir", default="reports", help="where reports go (default reports/)")
     conf.add_argument("--strict", action="store_true",
                       help="exit 1 unless every parity case is match or both-reject")
     _add_selection(conf)
 
-    ops = sub.add_parser("ops", help="list the op catalogue")
-    ops.add_argument("--json", action="store_true")
+    ops = sub.add_parser("ops", help="list the op catalogue", **common)
+    ops.add_argument("--json", action="store_true", help="as JSON")
     return parser
 
 
 def load_selected_cases(args) -> list:
-    from conformance.cases import DEFAULT_AXIS_NAMES, default_cases, load_case_file, select
+    """The cases ``args`` select. Raises ``UsageError`` for a bad ``--mesh``,
+    an unknown ``--op``, a malformed case file, ids repeated across files, or
+    a selection that matches no case."""
+    from conformance.cases import (DEFAULT_AXIS_NAMES, CaseFileError, default_cases,
+                                   load_case_file, select)
+    from conformance.catalogue import OPS
 
     default_mesh = None
     if args.mesh:
-        shape = tuple(int(s) for s in args.mesh.lower().split("x"))
+        shape = parse_mesh(args.mesh)
         default_mesh = (shape, DEFAULT_AXIS_NAMES.get(len(shape),
                                                       tuple(f"axis{i}" for i in range(len(shape)))))
+    unknown = [op for op in args.op if op not in OPS]
+    if unknown:
+        raise UsageError(f"--op {unknown[0]!r} is not in the catalogue (`parity ops` lists the "
+                         f"{len(OPS)} ops)")
     if args.cases:
-        cases = [c for f in args.cases for c in load_case_file(f, default_mesh)]
+        try:
+            cases = [c for f in args.cases for c in load_case_file(f, default_mesh)]
+        except CaseFileError as err:
+            raise UsageError(str(err)) from None
         ids = [c.id for c in cases]
-        dup = {i for i in ids if ids.count(i) > 1}
+        dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
-            raise SystemExit(f"parity: case ids repeat across files: {sorted(dup)[:5]}")
+            raise UsageError(f"case ids repeat across the --cases files: {dup[:5]}")
     else:
         cases = default_cases()
     mesh_tag = "x".join(str(s) for s in default_mesh[0]) if default_mesh else None
-    return select(cases, args.op, args.pattern, mesh_tag, args.limit)
+    selected = select(cases, args.op, args.pattern, mesh_tag, args.limit)
+    if not selected:
+        given = [f"--mesh {args.mesh}" if args.mesh else "", *(f"--op {o}" for o in args.op),
+                 f"-k {args.pattern!r}" if args.pattern else ""]
+        raise UsageError(f"the selection ({' '.join(g for g in given if g)}) matches none of "
+                         f"the {len(cases)} cases; nothing to run")
+    return selected
+
+
+def check_writable(path: str | Path, flag: str) -> None:
+    """Raise ``UsageError`` naming ``path`` unless a file can be written there."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.parent / f".{path.name}.probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UsageError(f"{flag} {str(path)!r} cannot be written: "
+                         f"{err.strerror or err}") from None
 
 
 def cmd_run(args) -> int:
-    from conformance.cases import CaseFileError
+    if args.source == "opinfo":
+        from conformance.opinfo_runner import cli_run
+
+        return cli_run(args)
     from conformance.runner import run_cases
 
     if args.raw and args.backend != "torch":
@@ -99,17 +212,15 @@ def cmd_run(args) -> int:
         if not torch.cuda.is_available():
             print("parity run: no CUDA device visible; skipping (nothing written)")
             return 0
-    try:
-        cases = load_selected_cases(args)
-    except CaseFileError as err:
-        print(f"parity run: {err}", file=sys.stderr)
-        return 2
+    cases = load_selected_cases(args)
+    check_writable(args.out, "--out")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from conformance.multiprocess import run_under_torchrun
 
         return run_under_torchrun(cases, args)
     result = run_cases(cases, args.backend, args.out, raw=args.raw, device=args.device,
-                       timeout=args.timeout, progress=not args.quiet and sys.stderr.isatty())
+                       timeout=args.timeout,
+                       progress=None if args.quiet else "bar" if sys.stderr.isatty() else "lines")
     print(f"{result['cases']} cases ({result['ok']} ok, {result['error']} error) in "
           f"{result['seconds']:.1f} s -> {result['report']}"
           + (" (interrupted)" if result["interrupted"] else ""))
@@ -117,18 +228,52 @@ def cmd_run(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from conformance.compare import compare_reports, to_markdown
-    from conformance.report import load_report
+    """Verdicts of CAND against REF; or a semantics diff of two comparisons
+    (or of two candidate reports, each against ``--reference``)."""
+    from conformance import compare, diff
+    from conformance.report import load_json, load_report
 
+    try:
+        first, second = load_json(args.reference, partial=True), load_json(args.candidate,
+                                                                              partial=True)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if first.get("schema") == second.get("schema") == compare.SCHEMA or args.diff_reference:
+        if args.diff_reference:
+            try:
+                ref = load_report(args.diff_reference)
+                first = compare.compare_reports(ref, load_report(args.reference))
+                second = compare.compare_reports(ref, load_report(args.candidate))
+            except ValueError as err:
+                raise UsageError(str(err)) from None
+        result = diff.diff_comparisons(first, second)
+        _write_text(args.json, json.dumps(result, indent=1))
+        _write_text(args.md, diff.to_markdown(result))
+        print(diff.summary_line(result))
+        return 0 if result["ok"] else 1
     try:
         ref, cand = load_report(args.reference), load_report(args.candidate)
     except ValueError as err:
-        print(f"parity compare: {err}", file=sys.stderr)
-        return 2
-    comparison = compare_reports(ref, cand)
+        raise UsageError(f"{err} (compare takes two reports, or two comparisons "
+                         f"({compare.SCHEMA}) for a semantics diff)") from None
+    if ref.get("backend") != "jax":
+        print(f"parity compare: warning: the reference {args.reference} was made by backend "
+              f"{ref.get('backend')!r} ({ref.get('column')}), not the JAX reference; verdicts "
+              "say how the two agree, not whether parity holds", file=sys.stderr)
+    comparison = compare.compare_reports(ref, cand)
+    shared = {c["id"] for c in ref["cases"]} & {c["id"] for c in cand["cases"]}
+    if not shared:
+        print(f"parity compare: the two reports share no case id ({len(ref['cases'])} and "
+              f"{len(cand['cases'])} cases): every case is missing", file=sys.stderr)
     write_comparison(comparison, args.json, args.md, args.html)
     print_summary({"candidate": comparison})
     return 0 if comparison["ok"] else 1
+
+
+def _write_text(path, text: str) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
 
 
 def write_comparison(comparison: dict, json_path=None, md_path=None, html_path=None,
@@ -193,8 +338,12 @@ def cmd_conformance(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return {"run": cmd_run, "compare": cmd_compare, "conformance": cmd_conformance,
-            "ops": cmd_ops}[args.command](args)
+    try:
+        return {"run": cmd_run, "compare": cmd_compare, "conformance": cmd_conformance,
+                "ops": cmd_ops}[args.command](args)
+    except UsageError as err:
+        print(f"parity {args.command}: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -70,6 +70,9 @@ class TensorLayout:
     both = parity.TensorLayout((("data", "model"),), mesh)   # 8-way, data major
     ```
 
+    Immutable: setting an attribute raises ``AttributeError``
+    (``with_mesh`` gives a new layout).
+
     Raises ``LayoutError`` for a malformed entry, a mesh axis used twice, or
     (with a mesh) an axis the mesh does not have.
     """
@@ -100,13 +103,25 @@ class TensorLayout:
                         "shard at most one dim once."
                     )
                 seen[name] = dim
-        self._spec: Spec = spec
-        self._axes = tuple(entry_from_names(names) for names in spec)
-        self._device_mesh = None
+        init = object.__setattr__
+        init(self, "_spec", spec)
+        init(self, "_axes", tuple(entry_from_names(names) for names in spec))
         if device_mesh is not None:
-            self._bind(device_mesh)
+            self._check_axes(device_mesh)
+        init(self, "_device_mesh", device_mesh)
 
-    def _bind(self, mesh: DeviceMesh) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"TensorLayout is immutable: cannot set {name!r}. Build a new layout "
+            "(layout.with_mesh(mesh) for another mesh).")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"TensorLayout is immutable: cannot delete {name!r}.")
+
+    def __reduce__(self) -> tuple:
+        return TensorLayout, (self._axes, self._device_mesh)
+
+    def _check_axes(self, mesh: DeviceMesh) -> None:
         for dim, names in enumerate(self._spec):
             for name in names:
                 if name not in mesh.axis_names:
@@ -115,7 +130,6 @@ class TensorLayout:
                         f"but the mesh axes are {mesh.axis_names} with shape "
                         f"{mesh.shape}."
                     )
-        self._device_mesh = mesh
 
     @classmethod
     def from_spec(cls, spec: Spec, device_mesh: DeviceMesh | None = None) -> "TensorLayout":

@@ -19,18 +19,23 @@ def _is_sequence(value: object) -> bool:
 
 
 class DeviceMesh:
-    """A grid of devices, one name per axis.
+    """A grid of devices, one name per axis; an immutable value.
 
     ```python
     mesh = parity.DeviceMesh((2, 4), ("data", "model"))  # 8 devices
     mesh.axis_size("model")  # 4
     ```
 
-    Device index *i* in placements is ``mesh.devices.flat[i]``.
+    Device index *i* in placements is ``mesh.devices.flat[i]``. As JAX's
+    ``Mesh``, it is frozen once built: ``devices`` is a read-only array,
+    attributes cannot be set (``AttributeError``) and the hash is computed
+    once, so a mesh is safe as a cache key.
 
     Raises ``LayoutError`` for an empty shape or empty names, a length
     mismatch, repeated names, or a device count other than ``prod(shape)``.
     """
+
+    __slots__ = ("_shape", "_axis_names", "_devices", "_device_list", "_hash")
 
     def __init__(
         self,
@@ -82,9 +87,25 @@ class DeviceMesh:
                 f"shape={tuple(shape)}; devices.shape={devices.shape}. Fix: use a "
                 f"mesh of {devices.size} devices, or simulate {int(np.prod(shape))}."
             )
-        self._shape = tuple(int(s) for s in shape)
-        self._axis_names = tuple(axis_names)
-        self._devices = devices.reshape(self._shape)
+        shape = tuple(int(s) for s in shape)
+        devices = devices.reshape(shape)  # a copy of the caller's array (np.array above)
+        devices.flags.writeable = False
+        device_list = tuple(devices.flat)
+        init = object.__setattr__
+        init(self, "_shape", shape)
+        init(self, "_axis_names", tuple(axis_names))
+        init(self, "_devices", devices)
+        init(self, "_device_list", device_list)
+        init(self, "_hash", hash((shape, self._axis_names, device_list)))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"DeviceMesh is immutable: cannot set {name!r}. Build a new mesh.")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"DeviceMesh is immutable: cannot delete {name!r}.")
+
+    def __reduce__(self) -> tuple:
+        return DeviceMesh, (self._shape, self._axis_names, self._devices.copy())
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -117,15 +138,18 @@ class DeviceMesh:
             ) from None
 
     def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
         return (
             isinstance(other, DeviceMesh)
+            and self._hash == other._hash
             and self._shape == other._shape
             and self._axis_names == other._axis_names
-            and self._devices.tolist() == other._devices.tolist()
+            and self._device_list == other._device_list
         )
 
     def __hash__(self) -> int:
-        return hash((self._shape, self._axis_names, tuple(self._devices.flat)))
+        return self._hash
 
     def __repr__(self) -> str:
         return (

@@ -8,10 +8,43 @@ mesh and pending axes are carried for reports but not compared by ``==``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 Bounds = tuple[tuple[int, int], ...]
+
+
+class Shards(Mapping):
+    """A read-only mapping device index -> ``Bounds``, sorted by device;
+    equal to any mapping with the same items, hashable."""
+
+    __slots__ = ("_items", "_hash")
+
+    def __init__(self, items: Mapping[int, Bounds]) -> None:
+        norm = {int(d): tuple((int(a), int(b)) for a, b in bounds) for d, bounds in items.items()}
+        object.__setattr__(self, "_items", dict(sorted(norm.items())))
+        object.__setattr__(self, "_hash", hash(tuple(self._items.items())))
+
+    def __getitem__(self, device: int) -> Bounds:
+        return self._items[device]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Placement shards are immutable: cannot set {name!r}.")
+
+    def __reduce__(self) -> tuple:
+        return Shards, (self._items,)
+
+    def __repr__(self) -> str:
+        return repr(self._items)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +54,7 @@ class Placement:
     ``shards[i]`` is the ``[start, stop)`` range per dim held by device ``i``
     (``mesh.devices.flat[i]``; torch rank ``i``). ``pending`` names mesh axes
     with an unresolved reduction; parity never returns an array with any.
+    Frozen: fields cannot be set and ``shards`` is a read-only ``Shards``.
     """
 
     shape: tuple[int, ...]
@@ -32,16 +66,15 @@ class Placement:
     pending: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     def __post_init__(self) -> None:
-        norm = {
-            int(d): tuple((int(a), int(b)) for a, b in bounds)
-            for d, bounds in self.shards.items()
-        }
-        object.__setattr__(self, "shards", dict(sorted(norm.items())))
+        object.__setattr__(self, "shards", Shards(self.shards))
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
         object.__setattr__(self, "spec", tuple(tuple(n) for n in self.spec))
+        object.__setattr__(self, "mesh_shape", tuple(int(s) for s in self.mesh_shape))
+        object.__setattr__(self, "axis_names", tuple(self.axis_names))
+        object.__setattr__(self, "pending", tuple(self.pending))
 
     def __hash__(self) -> int:
-        return hash((self.shape, self.spec, tuple(self.shards.items())))
+        return hash((self.shape, self.spec, self.shards))
 
     def to_json(self) -> dict[str, Any]:
         """The report form: lists and string device keys."""

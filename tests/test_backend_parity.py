@@ -11,6 +11,7 @@ from conftest import MESHES
 
 import parity
 from parity import jax_ref
+from parity.backends import BACKEND_FUNCTIONS
 from parity.layout_space import all_specs
 
 jax_ref.simulate(8)
@@ -114,8 +115,15 @@ BAD_INPUTS = {
     "unknown-axis": (lambda m: parity.TensorLayout(("expert", None), m), (8, 8), parity.LayoutError),
     "axis-twice": (lambda m: parity.TensorLayout(("data", "data"), m), (8, 8), parity.LayoutError),
     "rank-mismatch": (lambda m: parity.TensorLayout(("data",), m), (8, 8), parity.LayoutError),
-    "indivisible": (lambda m: parity.TensorLayout(("data", "model"), m), (8, 6), parity.ShardingError),
+    "indivisible": (lambda m: parity.TensorLayout(("data", "model"), m), (8, 6), parity.IndivisibleError),
 }
+
+
+@pytest.mark.parametrize("name", BACKEND_FUNCTIONS)
+def test_every_backend_exports_each_backend_function(name):
+    for module in (jax_ref, torch_impl):
+        assert name in module.__all__, f"{module.__name__} does not export {name}"
+        assert callable(getattr(module, name)), f"{module.__name__}.{name}"
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import subprocess
 import sys
+import types
 
+import numpy as np
 import pytest
 from conftest import cpu_devices
 
@@ -39,9 +43,54 @@ def test_device_mesh_rejects_bad_input_like_keras(shape, names, message):
 
 
 def test_device_mesh_without_devices_uses_the_active_backend(monkeypatch):
+    # A stand-in backend whose devices no default could produce.
+    fake = types.ModuleType("parity_test_fake_backend")
+    fake.list_devices = lambda: ["cpu:5", "cpu:2", "cpu:7", "cpu:0"]
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    monkeypatch.setitem(parity.backends.BACKEND_MODULES, "fake", fake.__name__)
+    with parity.use_backend("fake"):
+        mesh = parity.DeviceMesh((2, 2), ("a", "b"))
+    assert mesh.devices.tolist() == [["cpu:5", "cpu:2"], ["cpu:7", "cpu:0"]]
+
+
+def test_device_mesh_without_devices_names_an_unknown_backend(monkeypatch):
     monkeypatch.setenv("PARITY_BACKEND", "nonsense")
     with pytest.raises(parity.ParityError, match="Unknown backend 'nonsense'"):
         parity.DeviceMesh((8,), ("x",))
+
+
+def test_device_mesh_devices_are_read_only(mesh):
+    with pytest.raises(ValueError, match="read-only"):
+        mesh.devices[0, 0] = "cpu:7"
+    assert mesh.devices[0, 0] == "cpu:0"
+
+
+def test_device_mesh_attributes_cannot_be_set(mesh):
+    with pytest.raises(AttributeError, match="DeviceMesh is immutable"):
+        mesh._devices = None
+    with pytest.raises(AttributeError, match="DeviceMesh is immutable"):
+        mesh.extra = 1
+
+
+def test_device_mesh_does_not_share_the_callers_device_array():
+    devices = np.array(cpu_devices(8), dtype=object)
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"), devices)
+    devices[0] = "cpu:7"
+    assert mesh.devices.flat[0] == "cpu:0"
+
+
+def test_device_meshes_equal_by_shape_names_and_devices(mesh):
+    same = parity.DeviceMesh((2, 4), ("data", "model"), cpu_devices(8))
+    assert same == mesh and hash(same) == hash(mesh) and len({same, mesh}) == 1
+    assert mesh != parity.DeviceMesh((2, 4), ("data", "model"), cpu_devices(8)[::-1])
+    assert mesh != parity.DeviceMesh((2, 4), ("d", "model"), cpu_devices(8))
+    assert mesh != parity.DeviceMesh((4, 2), ("data", "model"), cpu_devices(8))
+
+
+def test_device_mesh_survives_pickle_and_deepcopy(mesh):
+    for copy_ in (pickle.loads(pickle.dumps(mesh)), copy.deepcopy(mesh)):
+        assert copy_ == mesh and hash(copy_) == hash(mesh)
+        assert not copy_.devices.flags.writeable
 
 
 def test_layout_spec_normalizes_entries(mesh):
@@ -62,6 +111,22 @@ def test_layout_is_a_hashable_value(mesh):
     assert a == parity.TensorLayout(["data", None], mesh)
     assert len({a, parity.TensorLayout(("data", None), mesh)}) == 1
     assert a != parity.TensorLayout((None, "data"), mesh)
+
+
+def test_layout_attributes_cannot_be_set(mesh):
+    layout = parity.TensorLayout(("data", None), mesh)
+    with pytest.raises(AttributeError, match="TensorLayout is immutable"):
+        layout._spec = (("model",), ())
+    with pytest.raises(AttributeError, match="TensorLayout is immutable"):
+        layout._device_mesh = None
+    assert layout.spec == (("data",), ()) and layout.device_mesh is mesh
+
+
+def test_layout_with_mesh_is_a_new_value(mesh):
+    unbound = parity.TensorLayout(("data", None))
+    bound = unbound.with_mesh(mesh)
+    assert unbound.device_mesh is None and bound.device_mesh is mesh
+    assert unbound != bound
 
 
 def test_layout_shards_follow_partition_spec_order(mesh):
@@ -130,3 +195,23 @@ def test_placement_equality_is_spec_shape_and_shards(mesh):
     c = parity.Placement((4, 8), "float32", mesh.shape, mesh.axis_names, layout.spec, moved)
     assert a != c
     assert "device 0 holds" in a.differences(c)[0]
+
+
+def test_placement_fields_cannot_be_set(mesh):
+    layout = parity.TensorLayout(("data", "model"), mesh)
+    a = parity.Placement((4, 8), "float32", mesh.shape, mesh.axis_names, layout.spec,
+                         layout.shards((4, 8)))
+    with pytest.raises(AttributeError):
+        a.spec = ((), ())
+    with pytest.raises(TypeError):
+        a.shards[0] = ((0, 4), (0, 8))
+    with pytest.raises(AttributeError):
+        a.shards._items = {}
+
+
+def test_placement_shards_equal_a_plain_dict_and_survive_pickle(mesh):
+    layout = parity.TensorLayout(("data", None), mesh)
+    shards = layout.shards((4, 8))
+    a = parity.Placement((4, 8), "float32", mesh.shape, mesh.axis_names, layout.spec, shards)
+    assert a.shards == shards and dict(a.shards) == shards
+    assert pickle.loads(pickle.dumps(a)) == a and hash(pickle.loads(pickle.dumps(a))) == hash(a)

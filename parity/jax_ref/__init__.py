@@ -20,59 +20,17 @@ int64 and float64 inputs become int32 and float32 (``describe`` reports
 the dtype JAX actually holds).
 """
 
+from parity.backends import BACKEND_FUNCTIONS
 from parity.jax_ref.collectives import all_gather, all_reduce, reduce_scatter
 from parity.jax_ref.describe import describe, describe_sharding
-from parity.jax_ref.devices import (
-    get_device_count,
-    initialize,
-    list_devices,
-    num_processes,
-    process_id,
-    simulate,
-    to_jax_device,
-)
-from parity.jax_ref.distribute import (
-    all_gather_variable,
-    distribute_data_input,
-    distribute_tensor,
-    distribute_variable,
-    local_block,
-    to_numpy,
-)
-from parity.jax_ref.meshes import (
-    _to_backend_layout,
-    _to_backend_mesh,
-    spec_of,
-    to_jax_mesh,
-    to_named_sharding,
-    to_parity_mesh,
-    to_partition_spec,
-)
+from parity.jax_ref.devices import get_device_count, initialize, list_devices, num_processes
+from parity.jax_ref.devices import process_id, simulate, to_jax_device
+from parity.jax_ref.distribute import all_gather_variable, distribute_data_input
+from parity.jax_ref.distribute import distribute_tensor, distribute_variable, local_block, to_numpy
+from parity.jax_ref.meshes import _to_backend_layout, _to_backend_mesh, spec_of, to_jax_mesh
+from parity.jax_ref.meshes import to_named_sharding, to_parity_mesh, to_partition_spec
 
 _to_backend_device = to_jax_device
 
-__all__ = [
-    "all_gather",
-    "all_gather_variable",
-    "all_reduce",
-    "describe",
-    "describe_sharding",
-    "distribute_data_input",
-    "distribute_tensor",
-    "distribute_variable",
-    "get_device_count",
-    "initialize",
-    "list_devices",
-    "local_block",
-    "num_processes",
-    "process_id",
-    "reduce_scatter",
-    "simulate",
-    "spec_of",
-    "to_jax_device",
-    "to_jax_mesh",
-    "to_named_sharding",
-    "to_numpy",
-    "to_parity_mesh",
-    "to_partition_spec",
-]
+__all__ = sorted({*BACKEND_FUNCTIONS, "describe_sharding", "spec_of", "to_jax_device",
+                  "to_jax_mesh", "to_named_sharding", "to_partition_spec"})

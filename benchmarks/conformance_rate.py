@@ -14,19 +14,10 @@ from pathlib import Path
 from benchmarks.common import Row
 
 
-def _runner():
-    try:
-        from conformance.cases import default_cases
-        from conformance.runner import run_cases
-    except Exception as err:  # noqa: BLE001 - being written
-        return None, None, f"conformance runner not importable ({type(err).__name__}: {err})"
-    return default_cases, run_cases, ""
-
-
 def run(cfg: dict) -> list[Row]:
-    default_cases, run_cases, why = _runner()
-    if run_cases is None:
-        return [Row("conformance", "cases/s per backend", status=f"not available: {why}")]
+    from conformance.cases import default_cases
+    from conformance.runner import run_cases
+
     cases = list(default_cases())
     step = max(1, len(cases) // cfg["conformance_cases"])
     subset = cases[::step][: cfg["conformance_cases"]]

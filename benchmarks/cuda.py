@@ -59,12 +59,10 @@ def _memory(cfg: dict) -> list[Row]:
 
 
 def _conformance(cfg: dict) -> list[Row]:
-    from benchmarks.conformance_rate import _runner
-
-    default_cases, run_cases, why = _runner()
-    if run_cases is None:
-        return [Row("conformance", "cases/s on cuda", status=f"not available: {why}")]
     import tempfile
+
+    from conformance.cases import default_cases
+    from conformance.runner import run_cases
 
     subset = list(default_cases())[: cfg["conformance_cases"]]
     rates = {}

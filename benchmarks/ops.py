@@ -15,24 +15,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from benchmarks.common import Row, median, timed_pairs, unavailable
+from benchmarks.common import Row, median, timed_pairs
 from benchmarks.gloo_job import rank_max
 
 GOAL = 1.10
 N = 256
-
-
-def semantics_scope():
-    """``parity.torch_impl.jax_semantics`` or the reason it is missing."""
-    try:
-        from parity import torch_impl
-
-        scope = getattr(torch_impl, "jax_semantics", None)
-    except Exception as err:  # noqa: BLE001 - a half-landed module
-        return None, f"importing parity.torch_impl failed: {err}"
-    if scope is None:
-        return None, "parity.torch_impl.jax_semantics does not exist yet"
-    return scope, ""
 
 
 def cases(ti, mesh):
@@ -76,13 +63,11 @@ def on_rank(cfg: dict) -> list[Row]:
 
     import parity
 
-    scope, why = semantics_scope()
+    scope = ti.jax_semantics
     world = dist.get_world_size()
     mesh = parity.DeviceMesh((world // 2, 2), ("data", "model"))
     ops = cases(ti, mesh)
     label = f"{N}x{N} f32 unless stated, {world} gloo ranks"
-    if scope is None:
-        return [unavailable("jax_semantics", f"{name} ({label})", why) for name in ops]
     rows = []
     for name, (fn, goal) in ops.items():
         try:

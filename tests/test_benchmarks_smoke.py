@@ -30,7 +30,7 @@ def test_quick_benchmarks_print_a_table_and_write_json(tmp_path, capsys):
 def test_unavailable_pieces_are_rows_not_figures():
     from benchmarks.common import Row, unavailable
 
-    row = unavailable("keras", "step", "parity.torch_impl.install_keras does not exist yet")
+    row = unavailable("cuda", "all_reduce", "no CUDA device")
     assert row.status.startswith("not available: ") and row.ratio is None and row.verdict == ""
     assert Row("x", "y", 1.2, 1.0, goal=1.1).verdict == "missed by 9.1%"
     assert Row("x", "y", 1.0, 1.0, goal=1.05).verdict == "met"

@@ -46,10 +46,51 @@ def only_parity_errors(fn, *args, **kwargs):
        names=st.lists(st.one_of(NAME, JUNK.filter(lambda v: v.__hash__ is not None)), max_size=3),
        devices=st.one_of(st.none(), st.lists(st.sampled_from(["cpu:0", "cpu:1", 3]), max_size=8)))
 def test_device_mesh_rejects_bad_arguments_with_parity_errors(shape, names, devices):
-    try:
-        parity.DeviceMesh(shape, names, devices if devices is not None else [f"cpu:{i}" for i in range(8)])
-    except parity.ParityError:
-        pass
+    devices = devices if devices is not None else [f"cpu:{i}" for i in range(8)]
+    expected = _first_mesh_problem(shape, names, devices)
+    if expected is None:
+        mesh = parity.DeviceMesh(shape, names, devices)
+        assert mesh.shape == tuple(int(s) for s in shape) and mesh.axis_names == tuple(names)
+        assert list(mesh.devices.flat) == list(devices)
+        return
+    with pytest.raises(parity.LayoutError, match=expected):
+        parity.DeviceMesh(shape, names, devices)
+
+
+def _first_mesh_problem(shape, names, devices) -> str | None:
+    """The message (a regex) of the first check a mesh of these arguments
+    fails, in the order Keras's DeviceMesh checks them; None when valid."""
+    if not shape or not names:
+        return "Shape and axis_names cannot be empty"
+    if len(shape) != len(names):
+        return "Shape and axis_names should have same size"
+    if any(not isinstance(n, str) or not n for n in names):
+        return "Mesh axis names must be non-empty strings"
+    if len(set(names)) != len(names):
+        return "Mesh axis names must be unique"
+    if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1 for n in shape):
+        return "Mesh axis sizes must be positive integers"
+    if int(np.prod(shape)) != len(devices):
+        return "Shape does not match the number of devices"
+    return None
+
+
+@pytest.mark.parametrize("shape,names,message", [
+    ((), ("a",), "Shape and axis_names cannot be empty"),
+    ((2,), ("a", "b"), "should have same size"),
+    ((2, 4), ("a", ""), "non-empty strings. Received: ''"),
+    ((2, 4), ("a", 3), "non-empty strings. Received: 3"),
+    ((2, 4), ("a", "a"), "must be unique"),
+    ((2, 2.5), ("a", "b"), r"positive integers. Received: shape=\(2, 2.5\)"),
+    ((2, True), ("a", "b"), "positive integers"),
+    ((0, 8), ("a", "b"), "positive integers"),
+    ((4, 4), ("a", "b"), r"shape=\(4, 4\); devices.shape=\(8,\)"),
+    ("24", ("a", "b"), "shape must be a sequence of ints; got '24'"),
+    ((2, 4), "ab", "axis_names must be a sequence of strings; got 'ab'"),
+])
+def test_device_mesh_names_each_bad_argument(shape, names, message):
+    with pytest.raises(parity.LayoutError, match=message):
+        parity.DeviceMesh(shape, names, [f"cpu:{i}" for i in range(8)])
 
 
 @SETTINGS

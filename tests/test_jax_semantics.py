@@ -446,3 +446,36 @@ def test_prod_gradient_fails_on_dtensor_and_matches_jax_grad_with_parity(sim8):
             [host((8, 16))], [layout],
         )
         _check_grads(jgrads, params)
+
+
+# ------------------------------------------------ DTensor's "no strategy" errors
+
+from parity.torch_impl.semantics import dtensor_errors  # noqa: E402
+
+
+def test_no_strategy_matches_dtensors_error_for_reshaping_a_sharded_dim(sim8):
+    _, mesh = meshes()
+    x = ti.distribute_tensor(host((8, 16)), L((None, ("data", "model")), mesh))
+    with pytest.raises(RuntimeError) as info:
+        x.view(8, 2, 8)  # plain DTensor: "... Please redistribute the input first."
+    assert dtensor_errors.no_strategy(info.value)
+
+
+@pytest.mark.parametrize("message", [
+    # torch/distributed/tensor/_ops/_view_ops.py and _nonlinear_redux.py (torch 2.13)
+    "Cannot unflatten tensor with _StridedShard placement: split_factor=2 does not match",
+    "aten.sort.default does not support _StridedShard!",
+    "This operation would remove or reshape sharded dimension 1, which requires "
+    "redistribution. Please redistribute the input first.",
+    "Cannot shard unevenly distributed tensor: dimension 0 (size 6) is not evenly divisible "
+    "by mesh dimension 1 (size 4). Please redistribute the tensor before this operation.",
+    "Cannot flatten unevenly sharded tensor: dimension 0 (size 6) is not evenly divisible",
+])
+def test_no_strategy_matches_each_dtensor_message(message):
+    assert dtensor_errors.no_strategy(RuntimeError(message))
+    assert dtensor_errors.no_strategy(NotImplementedError(message))
+
+
+def test_no_strategy_lets_other_errors_through():
+    assert not dtensor_errors.no_strategy(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not dtensor_errors.no_strategy(ValueError("Please redistribute the input first."))

@@ -31,9 +31,9 @@ def rule_calls(monkeypatch):
     calls = []
     real = rules.plan_for
 
-    def counting(name, *args, **kwargs):
-        calls.append(name)
-        return real(name, *args, **kwargs)
+    def counting(func, *args, **kwargs):
+        calls.append(func.__name__)
+        return real(func, *args, **kwargs)
 
     monkeypatch.setattr(rules, "plan_for", counting)
     return calls

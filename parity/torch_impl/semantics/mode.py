@@ -41,7 +41,14 @@ from torch.distributed.tensor import DTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from parity.torch_impl.semantics import fast_path, local_ops, operands, pending, rules
+from parity.torch_impl.semantics import (
+    dtensor_errors,
+    fast_path,
+    local_ops,
+    operands,
+    pending,
+    rules,
+)
 from parity.torch_impl.semantics import specs as S
 
 # Names handled by torch itself: metadata, autograd plumbing, conversions
@@ -55,8 +62,6 @@ _PASSTHROUGH = frozenset(
     detach_ set_ share_memory_ pin_memory __torch_function__""".split()
 )
 # Ops that look at values: a pending reduction must be completed first.
-# DTensor's messages when it has no sharding strategy for an op's placements.
-_NO_STRATEGY = ("_StridedShard", "redistribute the input", "Please redistribute", "unevenly sharded")
 _OBSERVERS = frozenset("item tolist __bool__ __int__ __float__ numpy full_tensor".split())
 
 
@@ -195,7 +200,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if name in _OBSERVERS:
         args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
         return func(*args, **kwargs)
-    plan = rules.plan_for(name, args, kwargs, mesh)
+    plan = rules.plan_for(func, args, kwargs, mesh)
     keep_partial = defer and plan is not None and plan.linear
     grad = torch.is_grad_enabled()
     targets = plan.inputs if plan is not None else {}
@@ -225,7 +230,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     try:
         out = func(*prepared_args, **prepared_kwargs)
     except (NotImplementedError, RuntimeError) as err:
-        if not any(k in str(err) for k in _NO_STRATEGY):
+        if not dtensor_errors.no_strategy(err):
             raise
         # DTensor has no strategy for these placements (a strided shard, a
         # view of a sharded dim): gather the operands above autograd, run,

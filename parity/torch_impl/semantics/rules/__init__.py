@@ -1,0 +1,59 @@
+"""JAX's output-sharding rules (explicit axis types), per op family.
+
+Each rule reads the specs of an op's DTensor operands and returns a ``Plan``:
+the spec each operand is resharded to *before* the op (through the
+differentiable ``redistribute``, so autograd records it) and the spec of each
+output (what JAX's sharding-in-types rule gives). The algebra itself is
+framework-free (``parity.sharding_rules``); a rule here only parses the torch
+call. Rules are registered on the torch callables they cover
+(``registry.rule_for``). Where JAX's explicit mode refuses an op as
+ambiguous, the rule still returns a plan -- the choice JAX's auto mode and
+Keras make: complete the reduction, keep the first operand's sharding -- and
+marks it ``chosen``.
+
+| family (module)            | JAX rule                          | operands resharded to           |
+|----------------------------|-----------------------------------|---------------------------------|
+| elementwise (add, mul,     | broadcasting_sharding_rule: per   | the output spec (size-1 dims    |
+| where, exp, ...)           | dim the one non-None spec         | replicated); in-place: self's   |
+| reductions (sum, mean,     | _reduce_op_sharding_rule: reduced | sum/mean/amax/amin: as they are |
+| amax, argmax ...)          | dims dropped (keepdim: None)      | (then psum); others: reduced    |
+|                            |                                   | dims gathered                   |
+| reductions: cumulative     | _cumred: the operand's spec       | the scanned dim gathered        |
+| layers: softmax            | composed: the operand's spec      | the softmax dim gathered        |
+| layers: layer_norm,        | composed: broadcast of a, w, b    | normalized dims gathered        |
+| rms_norm                   |                                   |                                 |
+| contractions (matmul, mm,  | _dot_general_sharding_rule: batch | contracting dims sharded alike  |
+| bmm, linear, einsum)       | + lhs free + rhs free             | (a replicated side is sliced)   |
+| shapes: transpose, permute | _transpose: spec permuted         | --                              |
+| shapes: reshape, view,     | _reshape_sharding_rule: split or  | --                              |
+| flatten, (un)squeeze       | merge a sharded major dim         |                                 |
+| shapes: cat, stack         | _concatenate: operands' common    | the joined dim gathered         |
+|                            | spec (stack: new dim None)        |                                 |
+| shapes: split, chunk, ...  | _split: the operand's spec        | the split dim gathered          |
+| indexing: slices, pad      | _slice/_pad: the operand's spec   | the sliced/padded dims gathered |
+
+Any output spec is fitted to the output's shape: a dim that does not divide
+by its shard count is replicated (JAX refuses uneven shards; that case is
+``chosen``). Ops with no rule run as DTensor runs them, with every pending
+reduction completed.
+"""
+
+from parity.torch_impl.semantics.rules import (  # noqa: F401 - registers the families
+    contractions,
+    elementwise,
+    indexing,
+    layers,
+    reductions,
+    shapes,
+)
+from parity.torch_impl.semantics.rules.registry import (
+    Call,
+    NotCovered,
+    Plan,
+    covered,
+    plan_for,
+    rule_for,
+    torch_ops,
+)
+
+__all__ = ["Call", "NotCovered", "Plan", "covered", "plan_for", "rule_for", "torch_ops"]

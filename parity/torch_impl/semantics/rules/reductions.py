@@ -1,0 +1,83 @@
+"""Reductions and scans: JAX's ``_reduce_op_sharding_rule`` and ``_cumred``
+(``parity.sharding_rules.structure.reduce``).
+
+sum/mean/amax/amin/nansum/nanmean/all/any (and a full max/min/prod) run on
+the operand as it is: DTensor leaves a pending reduction over the sharded
+reduced dims, which the mode completes. Every other reduction (argmax,
+var, median, ...) has its reduced dims gathered first. Scans gather the
+scanned dim.
+"""
+
+from __future__ import annotations
+
+from parity import sharding_rules as R
+from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.semantics.rules.elementwise import elementwise
+from parity.torch_impl.semantics.rules.registry import Call, NotCovered, Plan, rule_for, torch_ops
+
+_PARTIAL_FRIENDLY = frozenset("sum mean amax amin nansum nanmean all any".split())
+_WHOLE_FRIENDLY = frozenset("max min prod".split())  # friendly when reducing every dim
+REDUCTION_NAMES = ("sum mean amax amin nansum nanmean prod argmax argmin logsumexp var std all any "
+                   "max min norm count_nonzero median").split()
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _dims(value, ndim: int) -> tuple[int, ...] | None:
+    """The reduced dims (``None``: all); ``NotCovered`` for a form other
+    than an int or a sequence of ints."""
+    if value is None:
+        return None
+    if _int(value):
+        return (value % ndim if ndim else 0,)
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return None
+        if all(_int(v) for v in value):
+            return tuple(sorted({v % ndim for v in value}))
+    raise NotCovered
+
+
+@rule_for(*torch_ops(*REDUCTION_NAMES))
+def reduction(call: Call) -> Plan:
+    ops = call.tensors()
+    if not ops or ops[0][0] != ("a", 0):
+        raise NotCovered
+    loc, x = ops[0]
+    if call.name in ("max", "min") and len(ops) > 1:
+        return elementwise(call)  # torch.max(a, b): elementwise maximum
+    if call.name in ("var", "std") and isinstance(call.arg(1), bool):
+        dims_value = call.kwargs.get("dim")  # var(x, unbiased)
+    elif call.name == "norm":
+        dims_value = call.arg(2, "dim")
+    else:
+        dims_value = call.arg(1, "dim", "axis")
+    dims = _dims(dims_value, x.ndim)
+    keepdim = call.kwargs.get("keepdim", call.kwargs.get("keepdims"))
+    if keepdim is None:
+        pos = 3 if call.name == "norm" else 2
+        keepdim = call.args[pos] if len(call.args) > pos and isinstance(call.args[pos], bool) else False
+    spec = S.spec_of(x)
+    out = R.reduce(spec, dims, bool(keepdim))
+    friendly = call.name in _PARTIAL_FRIENDLY or (call.name in _WHOLE_FRIENDLY and dims is None)
+    all_dims = range(x.ndim) if dims is None else dims
+    inputs = {} if friendly else {loc: R.replicate_dims(spec, all_dims)}
+    linear = call.name in ("sum", "mean", "nansum")
+    return Plan(inputs, lambda outs: [out] * len(outs), linear=linear)
+
+
+@rule_for(*torch_ops("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"))
+def cumulative(call: Call) -> Plan:
+    ops = call.tensors()
+    if not ops or ops[0][0] != ("a", 0):
+        raise NotCovered
+    loc, x = ops[0]
+    dim = call.arg(1, "dim", "axis")
+    if not _int(dim):
+        raise NotCovered
+    spec = S.spec_of(x)
+    target = R.replicate_dims(spec, [dim % x.ndim])
+    return Plan({loc: target}, lambda outs: [target] * len(outs), linear=call.name == "cumsum",
+                chosen=target != spec)

@@ -1,0 +1,105 @@
+"""Shape ops: transposes, reshapes, joins and splits
+(``parity.sharding_rules.structure`` and ``.reshape``).
+
+Transposes permute the spec; reshapes follow JAX's split/merge rule
+(a strided shard, which DTensor's view rules mishandle, is gathered first);
+cat/stack keep the first operand's spec (the joined dim gathered, a stacked
+dim replicated); split/chunk/unbind gather the split dim. Output specs that
+need the output's shape are fitted to it (a dim they do not divide is
+replicated).
+"""
+
+from __future__ import annotations
+
+from torch.distributed.tensor import DTensor
+
+from parity import sharding_rules as R
+from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.semantics.rules.registry import Call, NotCovered, Plan, rule_for, torch_ops
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _dim_list(value) -> list[int]:
+    if _int(value):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(_int(v) for v in value):
+        return list(value)
+    raise NotCovered
+
+
+@rule_for(*torch_ops("transpose", "swapaxes", "swapdims", "permute", "movedim", "moveaxis", "t"))
+def transpose(call: Call) -> Plan:
+    _, x = call.only_self()
+    spec, n = S.spec_of(x), x.ndim
+    if call.name == "t":
+        perm = list(range(n))[::-1]
+    elif call.name == "permute":
+        dims = call.args[1:] if len(call.args) > 2 else call.arg(1, "dims")
+        perm = [d % n for d in _dim_list(dims)]
+    elif call.name in ("movedim", "moveaxis"):
+        src, dst = call.arg(1, "source"), call.arg(2, "destination")
+        perm = R.movedim_perm(n, _dim_list(src), _dim_list(dst))
+    else:
+        d0, d1 = call.arg(1, "dim0", "axis0"), call.arg(2, "dim1", "axis1")
+        if not _int(d0) or not _int(d1):
+            raise NotCovered
+        perm = R.swap_perm(n, d0, d1)
+    return Plan({}, [R.permute(spec, perm)])
+
+
+@rule_for(*torch_ops("reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "view_as",
+                     "reshape_as", "ravel"))
+def reshape(call: Call) -> Plan:
+    loc, x = call.only_self()
+    spec, shape, sizes = S.spec_of(x), tuple(x.shape), call.sizes
+
+    def outputs(outs):
+        result = []
+        for o in outs:
+            new = R.reshape_spec(shape, spec, tuple(o.shape), sizes)
+            result.append(None if new is None else R.fit_to_shape(new, o.shape, sizes))
+        return result
+
+    strided = {p.dim for p in x.placements if type(p).__name__ == "_StridedShard"}
+    inputs = {loc: R.replicate_dims(spec, strided)} if strided else {}
+    return Plan(inputs, outputs, linear=True)
+
+
+@rule_for(*torch_ops("cat", "concat", "concatenate", "stack"))
+def join(call: Call) -> Plan:
+    seq = call.arg(0, "tensors")
+    if not isinstance(seq, (list, tuple)) or not seq or not all(isinstance(t, DTensor) for t in seq):
+        raise NotCovered  # a plain tensor among the operands
+    dim = call.arg(1, "dim", "axis", default=0)
+    if not _int(dim):
+        raise NotCovered  # a named dim
+    specs = [S.spec_of(t) for t in seq]
+    loc0 = ("a", 0) if call.args and call.args[0] is seq else ("k", "tensors")
+    if call.name == "stack":
+        before, out, chosen = R.stack(specs, dim % (seq[0].ndim + 1))
+    else:
+        before, out, chosen = R.concat(specs, dim % seq[0].ndim)
+    sizes = call.sizes
+    return Plan({loc0 + (j,): before for j in range(len(seq))},
+                lambda outs: [R.fit_to_shape(out, outs[0].shape, sizes)], chosen=chosen)
+
+
+@rule_for(*torch_ops("split", "tensor_split", "chunk", "unbind", "split_with_sizes"))
+def split(call: Call) -> Plan:
+    loc, x = call.only_self()
+    spec, sizes = S.spec_of(x), call.sizes
+    if call.name == "unbind":
+        dim = call.arg(1, "dim", default=0)
+        if not _int(dim):
+            raise NotCovered
+        before, piece = R.split(spec, dim % x.ndim, keep_dim=False)
+        return Plan({loc: before}, lambda outs: [piece] * len(outs))
+    dim = call.arg(2, "dim", "axis", default=0)
+    if not _int(dim):
+        raise NotCovered
+    before, piece = R.split(spec, dim % x.ndim)
+    # as the old rule: each piece keeps the operand's spec, fitted to its shape
+    return Plan({loc: before}, lambda outs: [R.fit_to_shape(spec, o.shape, sizes) for o in outs])

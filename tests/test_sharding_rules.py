@@ -1,0 +1,267 @@
+"""``parity.sharding_rules`` against JAX's own output shardings.
+
+Each property draws shapes and specs on a (2, 4) mesh of explicit axes, asks
+JAX for the op's output sharding (``jax.eval_shape`` on sharded
+``ShapeDtypeStruct``s: JAX's sharding-in-types rules, no computation) and
+checks the pure algebra gives the same spec -- or, where JAX's explicit mode
+refuses the op (``ShardingTypeError``), that the algebra says its answer was
+``chosen``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parity import jax_ref
+from parity import sharding_rules as R
+
+jax_ref.simulate(8)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import AxisType, NamedSharding, PartitionSpec  # noqa: E402
+
+from parity.jax_ref.meshes import spec_of as jax_spec_of  # noqa: E402
+
+SIZES = {"data": 2, "model": 4}
+MESH = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# JAX's refusals: a sharding type error, or an axis on two dims of the result.
+_Refused = (jax._src.core.ShardingTypeError, jax._src.named_sharding.DuplicateSpecError)  # noqa: SLF001
+
+
+def _struct(shape, spec):
+    pspec = PartitionSpec(*[names if names else None for names in spec])
+    return jax.ShapeDtypeStruct(tuple(shape), jnp.float32, sharding=NamedSharding(MESH, pspec))
+
+
+def jax_spec(fn, *operands):
+    """JAX's output spec of ``fn`` over ``(shape, spec)`` operands, or
+    ``None`` where explicit mode refuses it."""
+    with jax.set_mesh(MESH):
+        try:
+            out = jax.eval_shape(fn, *[_struct(shape, spec) for shape, spec in operands])
+        except _Refused:
+            return None
+    return jax_spec_of(out.sharding.spec, len(out.shape))
+
+
+@st.composite
+def shapes(draw, min_rank=1, max_rank=3):
+    return tuple(draw(st.lists(st.sampled_from([1, 2, 4, 8, 16]), min_size=min_rank,
+                               max_size=max_rank)))
+
+
+@st.composite
+def specs_for(draw, shape):
+    """A valid spec for ``shape``: each mesh axis on at most one dim, every
+    dim divisible by its shard count."""
+    dims: list[list[str]] = [[] for _ in shape]
+    for axis in draw(st.permutations(sorted(SIZES))):
+        d = draw(st.integers(-1, len(shape) - 1))
+        if d >= 0 and shape[d] % (R.shard_count(dims[d] + [axis], SIZES)) == 0:
+            dims[d].append(axis)
+    return tuple(tuple(names) for names in dims)
+
+
+@st.composite
+def operand(draw, min_rank=1, max_rank=3):
+    shape = draw(shapes(min_rank, max_rank))
+    return shape, draw(specs_for(shape))
+
+
+def _broadcastable(draw, shape):
+    """A shape broadcasting against ``shape``: a suffix, some dims set to 1."""
+    k = draw(st.integers(0, len(shape)))
+    return tuple(1 if draw(st.booleans()) else s for s in shape[k:]) or (1,)
+
+
+# ---------------------------------------------------------------- broadcast
+
+@SETTINGS
+@given(st.data())
+def test_broadcast_matches_jax_or_says_chosen(data):
+    a_shape, a_spec = data.draw(operand())
+    b_shape = _broadcastable(data.draw, a_shape)
+    b_spec = data.draw(specs_for(b_shape))
+    if data.draw(st.booleans()):
+        (a_shape, a_spec), (b_shape, b_spec) = (b_shape, b_spec), (a_shape, a_spec)
+    out_shape = R.broadcast_shape([a_shape, b_shape])
+    ours, chosen = R.broadcast([(a_spec, a_shape), (b_spec, b_shape)], out_shape, SIZES)
+    theirs = jax_spec(lambda a, b: a + b, (a_shape, a_spec), (b_shape, b_spec))
+    if theirs is None:
+        assert chosen
+    else:
+        assert (ours, chosen) == (theirs, False)
+
+
+def test_broadcast_keeps_the_first_spec_on_a_conflict():
+    spec, chosen = R.broadcast([((("data",), ("model",)), (8, 16)),
+                                ((("model",), ()), (8, 16))], (8, 16), SIZES)
+    assert (spec, chosen) == ((("data",), ("model",)), True)
+
+
+def test_aligned_replicates_broadcast_dims():
+    assert R.aligned((("data",), ("model",)), (8, 16), (1, 16)) == ((), ("model",))
+    assert R.aligned((("data",), ("model",)), (8, 16), (16,)) == (("model",),)
+
+
+# ---------------------------------------------------------------- reshape
+
+@st.composite
+def reshapes(draw):
+    """An operand and a new shape that splits one dim or merges a run."""
+    shape, spec = draw(operand(1, 3))
+    if draw(st.booleans()) and any(s > 1 for s in shape):
+        d = draw(st.sampled_from([i for i, s in enumerate(shape) if s > 1]))
+        k = draw(st.sampled_from([f for f in (2, 4, 8) if shape[d] % f == 0 and f < shape[d]] or [1]))
+        new = shape[:d] + (k, shape[d] // k) + shape[d + 1:]
+    elif len(shape) > 1:
+        d = draw(st.integers(0, len(shape) - 2))
+        new = shape[:d] + (shape[d] * shape[d + 1],) + shape[d + 2:]
+    else:
+        new = shape + (1,)
+    return shape, spec, new
+
+
+@SETTINGS
+@given(reshapes())
+def test_reshape_matches_jax(case):
+    shape, spec, new = case
+    theirs = jax_spec(lambda a: a.reshape(new), (shape, spec))
+    assert R.reshape_spec(shape, spec, new, SIZES) == theirs
+
+
+def test_reshape_split_gives_the_names_to_the_major_dim():
+    assert R.reshape_spec((8, 16), (("data",), ("model",)), (2, 4, 16), SIZES) == (
+        ("data",), (), ("model",))
+
+
+def test_reshape_merge_of_a_minor_sharded_dim_is_refused():
+    assert R.reshape_spec((8, 16), ((), ("model",)), (128,), SIZES) is None
+
+
+# ---------------------------------------------------------------- contraction
+
+@st.composite
+def contractions(draw):
+    """Two operands lettered for a matmul-like einsum over shared sizes."""
+    letters = "bmkn"
+    size = {l: draw(st.sampled_from([2, 4, 8])) for l in letters}
+    batch = draw(st.booleans())
+    lets_a = ("b" if batch else "") + "mk"
+    lets_b = ("b" if batch else "") + "kn"
+    out = ("b" if batch else "") + "mn"
+    a_shape = tuple(size[l] for l in lets_a)
+    b_shape = tuple(size[l] for l in lets_b)
+    return (a_shape, draw(specs_for(a_shape)), lets_a), (b_shape, draw(specs_for(b_shape)), lets_b), out
+
+
+@SETTINGS
+@given(contractions())
+def test_contraction_matches_jax_or_says_chosen(case):
+    (a_shape, a_spec, la), (b_shape, b_spec, lb), out = case
+    result = R.contract([(a_spec, a_shape), (b_spec, b_shape)], [la, lb], out, SIZES)
+    theirs = jax_spec(lambda a, b: jnp.einsum(f"{la},{lb}->{out}", a, b),
+                      (a_shape, a_spec), (b_shape, b_spec))
+    if theirs is None:
+        assert result.chosen
+    else:
+        assert (result.output, result.chosen) == (theirs, False)
+
+
+def test_contraction_slices_a_replicated_side_to_the_sharded_contracting_dim():
+    result = R.contract([((("data",), ("model",)), (8, 16)), (((), ()), (16, 4))],
+                        ["mk", "kn"], "mn", SIZES)
+    assert result.inputs == ((("data",), ("model",)), (("model",), ()))
+    assert result.output == (("data",), ())
+
+
+def test_matmul_letters_refuse_a_broadcast_batch_dim():
+    assert R.matmul_letters((2, 8, 16), (1, 16, 4)) is None
+    assert R.matmul_letters((16,), (16, 4)) == (["k", "kn"], "n")
+
+
+# ---------------------------------------------------------------- structure
+
+@SETTINGS
+@given(st.data())
+def test_reduce_matches_jax_sum(data):
+    shape, spec = data.draw(operand())
+    dims = data.draw(st.lists(st.integers(0, len(shape) - 1), unique=True, max_size=len(shape)))
+    keepdim = data.draw(st.booleans())
+    theirs = jax_spec(lambda a: jnp.sum(a, axis=tuple(dims), keepdims=keepdim), (shape, spec))
+    assert R.reduce(spec, dims, keepdim) == theirs
+
+
+@SETTINGS
+@given(st.data())
+def test_permute_matches_jax_transpose(data):
+    shape, spec = data.draw(operand())
+    perm = data.draw(st.permutations(range(len(shape))))
+    assert R.permute(spec, perm) == jax_spec(lambda a: jnp.transpose(a, perm), (shape, spec))
+
+
+def test_movedim_and_swap_permutations():
+    assert R.movedim_perm(3, [0], [2]) == [1, 2, 0]
+    assert R.swap_perm(3, 0, -1) == [2, 1, 0]
+    with pytest.raises(ValueError, match="not a permutation"):
+        R.permute(((), ()), [0, 0])
+
+
+@SETTINGS
+@given(st.data())
+def test_concat_matches_jax_or_says_chosen(data):
+    shape, a_spec = data.draw(operand())
+    b_spec = data.draw(st.sampled_from([a_spec, data.draw(specs_for(shape))]))
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    before, out, chosen = R.concat([a_spec, b_spec], dim)
+    theirs = jax_spec(lambda a, b: jnp.concatenate([a, b], dim), (shape, a_spec), (shape, b_spec))
+    if theirs is None:
+        assert chosen
+    else:
+        assert (out, chosen) == (theirs, False)
+    assert before[dim] == ()
+
+
+@SETTINGS
+@given(st.data())
+def test_stack_matches_jax(data):
+    shape, spec = data.draw(operand())
+    dim = data.draw(st.integers(0, len(shape)))
+    _, out, chosen = R.stack([spec, spec], dim)
+    assert (out, chosen) == (jax_spec(lambda a, b: jnp.stack([a, b], dim), (shape, spec),
+                                      (shape, spec)), False)
+
+
+@SETTINGS
+@given(st.data())
+def test_slicing_matches_jax_where_jax_answers(data):
+    shape, spec = data.draw(operand())
+    items = tuple(
+        data.draw(st.sampled_from([slice(None), slice(0, max(1, s // 2)), slice(1, None)]))
+        for s in shape
+    )
+    before, out = R.index(spec, items)
+    theirs = jax_spec(lambda a: a[items], (shape, spec))
+    if theirs is not None:
+        out_shape = jax.eval_shape(lambda a: a[items], jnp.zeros(shape)).shape
+        assert R.fit_to_shape(out, out_shape, SIZES) == theirs
+    assert all(not before[d] for d, i in enumerate(items) if i != slice(None))
+
+
+def test_index_refuses_advanced_indexing():
+    assert R.index((("data",),), ([0, 1],)) is None
+    assert R.index((("data",),), (0, 0)) is None
+
+
+def test_pad_dims_count_from_the_last_dim():
+    assert R.pad_dims(3, (1, 1, 0, 0, 2, 0)) == [0, 2]
+
+
+def test_fit_dedupe_and_replicate():
+    assert R.fit_to_shape((("data", "model"), ("model",)), (4, 6), SIZES) == (("data",), ())
+    assert R.dedupe((("data",), ("data", "model"))) == (("data",), ("model",))
+    assert R.replicate_dims((("data",), ("model",)), [1]) == (("data",), ())

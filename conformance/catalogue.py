@@ -319,6 +319,10 @@ def _catalogue() -> list[Op]:
            tol="reduction", budget=(2, 4, 4))
     api_op("all_gather_variable", "B.all_gather_variable(a)", (F32,), M2, ({},),
            budget=(3, 6, 6))
+    # JAX twins of PyTorch OpInfo ops, by family (smaller default budget).
+    from conformance.catalogue_ops import all_ops
+
+    ops.extend(all_ops())
     return ops
 
 

@@ -1,0 +1,84 @@
+"""Reductions, scans, sorting and selection: JAX twins of OpInfo ops.
+
+Defaults that differ between the libraries are written on both sides:
+``std``/``var`` use ``ddof=0`` / ``correction=0``; ``quantile`` is linear
+interpolation on both; ``median`` is not here (JAX averages the two middle
+values of an even count, torch returns the lower one: not the same
+function); ``argsort`` is stable on both.
+"""
+
+from __future__ import annotations
+
+from conformance.catalogue_ops import NEW_BUDGET
+
+_AXES = ({"axis": 0, "keepdims": False}, {"axis": 1, "keepdims": True},
+         {"axis": None, "keepdims": False})
+_AXIS = ({"axis": 0}, {"axis": 1})
+
+# (name, jax, torch, domain or dtype spec, variants, tolerance class, differentiable)
+_REDUCTIONS = [
+    ("std", "jnp.std(a, axis=axis, keepdims=keepdims)",
+     "torch.std(a, dim=axis, keepdim=keepdims, correction=0)", "normal", _AXES, "reduction",
+     True),
+    ("nansum", "jnp.nansum(jnp.where(a > 1.5, jnp.nan, a), axis=axis, keepdims=keepdims)",
+     "torch.nansum(torch.where(a > 1.5, torch.nan, a), dim=axis, keepdim=keepdims)", "normal",
+     _AXES, "reduction", True),
+    ("nanmean", "jnp.nanmean(jnp.where(a > 1.5, jnp.nan, a), axis=axis, keepdims=keepdims)",
+     "torch.nanmean(torch.where(a > 1.5, torch.nan, a), dim=axis, keepdim=keepdims)", "normal",
+     _AXES, "reduction", True),
+    ("argmin", "jnp.argmin(a, axis=axis, keepdims=keepdims)",
+     "torch.argmin(a, dim=axis, keepdim=keepdims)", "normal", _AXES, "exact", False),
+    ("all", "jnp.all(a, axis=axis, keepdims=keepdims)",
+     "torch.all(a) if axis is None else torch.all(a, dim=axis, keepdim=keepdims)", "bool",
+     _AXES, "exact", False),
+    ("any", "jnp.any(a, axis=axis, keepdims=keepdims)",
+     "torch.any(a) if axis is None else torch.any(a, dim=axis, keepdim=keepdims)", "bool",
+     _AXES, "exact", False),
+    ("count_nonzero", "jnp.count_nonzero(a, axis=axis)", "torch.count_nonzero(a, dim=axis)",
+     "bool", ({"axis": 0}, {"axis": None}), "exact", False),
+    ("vector_norm", "jnp.linalg.vector_norm(a, ord=ord, axis=axis, keepdims=keepdims)",
+     "torch.linalg.vector_norm(a, ord=ord, dim=axis, keepdim=keepdims)", "normal",
+     ({"ord": 2, "axis": 1, "keepdims": False}, {"ord": 1, "axis": 0, "keepdims": True},
+      {"ord": 2, "axis": None, "keepdims": False}), "reduction", True),
+    ("quantile", "jnp.quantile(a, q, axis=axis)", "torch.quantile(a, q, dim=axis)", "normal",
+     ({"q": 0.25, "axis": 0}, {"q": 0.5, "axis": 1}), "reduction", True),
+    ("cumprod", "jnp.cumprod(a, axis=axis)", "torch.cumprod(a, dim=axis)", "positive", _AXIS,
+     "reduction", True),
+    ("cummax", "lax.cummax(a, axis=axis)", "torch.cummax(a, dim=axis).values", "normal", _AXIS,
+     "exact", True),
+    ("cummin", "lax.cummin(a, axis=axis)", "torch.cummin(a, dim=axis).values", "normal", _AXIS,
+     "exact", True),
+    ("logcumsumexp", "lax.cumlogsumexp(a, axis=axis)", "torch.logcumsumexp(a, dim=axis)",
+     "normal", _AXIS, "reduction", True),
+    ("diff", "jnp.diff(a, axis=axis)", "torch.diff(a, dim=axis)", "normal", _AXIS,
+     "elementwise", True),
+    ("trapezoid", "jnp.trapezoid(a, axis=axis)", "torch.trapezoid(a, dim=axis)", "normal",
+     _AXIS, "reduction", True),
+    ("sort", "jnp.sort(a, axis=axis)", "torch.sort(a, dim=axis).values", "normal", _AXIS,
+     "exact", True),
+    ("argsort", "jnp.argsort(a, axis=axis, stable=True)",
+     "torch.argsort(a, dim=axis, stable=True)", "normal", _AXIS, "exact", False),
+    ("top_k", "tuple(lax.top_k(a, k))", "tuple(torch.topk(a, k))", "normal", ({"k": 3},),
+     "exact", True),
+]
+
+
+def ops() -> list:
+    """The reduction, scan and sort entries (group ``reduction``)."""
+    from conformance.catalogue import Arg, Op, ShapeSet
+
+    one = (ShapeSet("div", ((8, 16),)),)
+    out = []
+    for name, jx, tx, domain, variants, tol, grad in _REDUCTIONS:
+        arg = Arg("bool", "bool") if domain == "bool" else Arg(domain=domain)
+        out.append(Op(name, "reduction", jx, tx, (arg,), one, variants, tol=tol, grad=grad,
+                      budget=NEW_BUDGET))
+    out.append(Op("bincount", "reduction", "jnp.bincount(a, length=8)",
+                  "torch.bincount(a, minlength=8)", (Arg("int32", "index:8"),),
+                  (ShapeSet("div", ((64,),)),), tol="exact", grad=False, budget=NEW_BUDGET,
+                  doc="counts of values in [0, 8): the output length is fixed on both sides"))
+    out.append(Op("searchsorted", "reduction", "jnp.searchsorted(jnp.sort(a), b)",
+                  "torch.searchsorted(torch.sort(a).values, b)", (Arg(), Arg()),
+                  (ShapeSet("div", ((16,), (8, 16))),), tol="exact", grad=False,
+                  budget=NEW_BUDGET, doc="insertion points of b in sorted(a)"))
+    return out

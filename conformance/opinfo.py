@@ -33,7 +33,8 @@ under ``"cases"``; ``opinfo_report`` documents the file)::
     {"op": "cumsum", "sample": 0, "mesh": "2x4", "layout": "first",
      "specs": ["(data,_)", "plain"], "mode": "sharded", "column": "parity",
      "class": "correct", "reason": "", "seconds": 0.012,
-     "shapes": [[8, 4]], "shape_policy": "rescaled", "index": 3}
+     "shapes": [[8, 4]], "call": "(T[8, 4], dim=1)", "shape_policy": "rescaled",
+     "index": 3}
 
 ``specs`` has one entry per tensor operand (``plain`` = not a DTensor);
 ``index`` is the case's position in its op's deterministic enumeration
@@ -145,7 +146,7 @@ def op_cases(op: Any, *, budget: Budget = FAST, meshes: Sequence[str] = tuple(ME
     def record(**fields) -> dict[str, Any]:
         base = {"op": key, "sample": None, "mesh": None, "layout": None, "specs": [],
                 "mode": None, "column": None, "class": "skip", "reason": "", "seconds": 0.0,
-                "shapes": [], "shape_policy": None, "index": index}
+                "shapes": [], "call": None, "shape_policy": None, "index": index}
         base.update(fields)
         return base
 
@@ -183,7 +184,7 @@ def op_cases(op: Any, *, budget: Budget = FAST, meshes: Sequence[str] = tuple(ME
                 tensors = [x for x in leaves if hasattr(x, "shape")]
                 shapes = [list(x.shape) for x in tensors]
                 base = dict(sample=si, mesh=mesh_tag, mode=mode, shape_policy=policy,
-                            shapes=shapes)
+                            shapes=shapes, call=_call_text(sample))
                 if mode == "mixed" and len(tensors) < 2:
                     index += 1
                     if index >= start:
@@ -215,6 +216,19 @@ def op_cases(op: Any, *, budget: Budget = FAST, meshes: Sequence[str] = tuple(ME
                             op, sample, specs, mode, column, dists[column], ref,
                             semantics if column == "parity" else None))
                         yield record(**fields, **{"class": cls}, reason=reason, seconds=seconds)
+
+
+def _call_text(sample: Any) -> str:
+    """The sample's call with tensors as ``T[shape]`` (for reading a record)."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def show(x):
+        return f"T{list(x.shape)}" if isinstance(x, torch.Tensor) else x
+
+    inp, args, kwargs = tree_map(show, (sample.input, tuple(sample.args), dict(sample.kwargs)))
+    parts = [repr(inp), *map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]
+    return ("(" + ", ".join(parts) + ")").replace("'", "")[:300]
 
 
 def _reference(op, sample, leaves, treespec, grad) -> dict[str, Any] | str:

@@ -202,7 +202,7 @@ def _lost(key: str, current: dict | None, records: list, kind: str, message: str
         records.append({"op": key, "sample": None, "mesh": None, "layout": None, "specs": [],
                         "mode": None, "column": None, "class": "raw-error",
                         "reason": f"setup: {kind}: {message}", "seconds": 0.0, "shapes": [],
-                        "shape_policy": None, "index": None})
+                        "call": None, "shape_policy": None, "index": None})
         return None
     records.append({**current, "class": "raw-error", "reason": f"{kind}: {message}"})
     return current["index"] + 1
@@ -346,8 +346,9 @@ def print_report(report: dict, file=None) -> None:
     if bad:
         print(f"\nparity column, {len(bad)} silent-failure cases:", file=file)
         for r in bad:
-            print(f"  {r['op']} sample {r['sample']} {r['mesh']} {r['layout']} {r['specs']} "
-                  f"{r['mode']}: {r['class']}: {r['reason']}", file=file)
+            print(f"  {r['op']}{r.get('call') or ''} sample {r['sample']} {r['mesh']} "
+                  f"{r['layout']} {r['specs']} {r['mode']}: {r['class']}: {r['reason']}",
+                  file=file)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ attributes, never the message.
 | ``UnsupportedOpError``   | ``unsupported``      | ``op``, ``placements``,       |
 |                          |                      | ``reason``                    |
 | ``LostRankError``        | ``other``            | ``rank`` (the lost peer)      |
+| ``DonatedArrayError``    | ``other``            | ``what`` (the call it went to)|
 | ``ParityError`` (other)  | ``other``            | --                            |
 """
 
@@ -97,6 +98,16 @@ class LostRankError(ParityError):
     def __init__(self, message: str, rank: int | None = None) -> None:
         super().__init__(message)
         self.rank = rank
+
+
+class DonatedArrayError(ParityError):
+    """An array given to a collective with ``donate=True`` was used again:
+    its buffer now holds the collective's result (JAX's ``donate_argnums``:
+    "Array has been deleted"). ``what`` names the call it was donated to."""
+
+    def __init__(self, message: str, *, what: str) -> None:
+        super().__init__(message)
+        self.what = what
 
 
 CATEGORIES = ("indivisible", "invalid-layout", "ambiguous-sharding", "unsupported", "other")

@@ -464,3 +464,20 @@ def test_reduce_scatter_of_an_indivisible_block_raises_sharding_error():
 def test_collective_on_a_host_array_raises():
     with pytest.raises(parity.ParityError, match="distribute_tensor"):
         jax_ref.all_reduce(np.ones(8), "sum", axis_name="x")
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: jax_ref.all_reduce(x, "sum", axis_name="model", donate=True),
+    lambda x: jax_ref.all_gather(x, 1, "model", donate=True),
+    lambda x: jax_ref.reduce_scatter(x, 0, "data", donate=True),
+])
+def test_a_donated_array_raises_donated_array_error_when_used_again(call):
+    from parity.errors import DonatedArrayError
+
+    mesh = make_mesh("2x4")
+    x = jax_ref.distribute_tensor(host_array((8, 8)), parity.TensorLayout(("data", "model"), mesh))
+    call(x)
+    with pytest.raises(DonatedArrayError, match="donated"):
+        jax_ref.to_numpy(x)
+    with pytest.raises(DonatedArrayError, match="donated"):
+        jax_ref.all_reduce(x, "sum", axis_name="data")

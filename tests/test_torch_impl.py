@@ -369,3 +369,79 @@ def test_collective_results_live_on_the_current_mesh_in_every_simulate_block():
             for y in (ti.all_reduce(x, "sum", axis_name="model"), ti.all_gather(x, 0, "data"),
                       ti.reduce_scatter(x, 1, "data")):
                 assert y.device_mesh is x.device_mesh
+
+
+# -- donation ----------------------------------------------------------------
+
+DONATING = {
+    "all_reduce": lambda ti, x: ti.all_reduce(x, "sum", axis_name="model", donate=True),
+    "all_gather": lambda ti, x: ti.all_gather(x, 1, "model", donate=True),
+    "reduce_scatter": lambda ti, x: ti.reduce_scatter(x, 0, "data", donate=True),
+}
+NOT_DONATING = {
+    "all_reduce": lambda ti, x: ti.all_reduce(x, "sum", axis_name="model"),
+    "all_gather": lambda ti, x: ti.all_gather(x, 1, "model"),
+    "reduce_scatter": lambda ti, x: ti.reduce_scatter(x, 0, "data"),
+}
+
+
+@pytest.mark.parametrize("name", list(DONATING))
+def test_a_donating_collective_returns_the_same_value(sim8, mesh24, name):
+    host = np.arange(64, dtype=np.float32).reshape(8, 8)
+    layout = parity.TensorLayout(("data", "model"), mesh24)
+    expected = NOT_DONATING[name](sim8, sim8.distribute_tensor(host, layout))
+    got = DONATING[name](sim8, sim8.distribute_tensor(host, layout))
+    assert sim8.describe(got) == sim8.describe(expected)
+    np.testing.assert_array_equal(sim8.to_numpy(got), sim8.to_numpy(expected))
+
+
+USES = {
+    "an op": lambda ti, x: x + 1,
+    "to_numpy": lambda ti, x: ti.to_numpy(x),
+    "another collective": lambda ti, x: ti.all_reduce(x, "sum", axis_name="data"),
+    "describe": lambda ti, x: ti.describe(x),
+    "its local tensor": lambda ti, x: x.to_local() * 2,
+    "all_gather_variable": lambda ti, x: ti.all_gather_variable(x),
+}
+
+
+@pytest.mark.parametrize("use", list(USES))
+@pytest.mark.parametrize("name", list(DONATING))
+def test_a_donated_tensor_raises_on_any_later_use(sim8, mesh24, name, use):
+    from parity.errors import DonatedArrayError
+
+    x = sim8.distribute_tensor(np.ones((8, 8), np.float32), parity.TensorLayout(("data", "model"), mesh24))
+    DONATING[name](sim8, x)
+    with pytest.raises(DonatedArrayError, match=f"donated to {name}") as info:
+        USES[use](sim8, x)
+    assert info.value.what == name
+
+
+def test_a_tensor_not_donated_stays_usable(sim8, mesh24):
+    host = np.ones((8, 8), np.float32)
+    x = sim8.distribute_tensor(host, parity.TensorLayout(("data", "model"), mesh24))
+    sim8.all_reduce(x, "sum", axis_name="model")
+    np.testing.assert_array_equal(sim8.to_numpy(x), host)
+
+
+# -- per-call plans ----------------------------------------------------------
+
+
+def test_a_cached_plan_still_checks_a_bad_argument_on_every_call(sim8, mesh24):
+    x = sim8.distribute_tensor(np.ones((8, 8), np.float32), parity.TensorLayout(("data", "model"), mesh24))
+    sim8.all_reduce(x, "sum", axis_name="model")  # caches the plan for (spec, sum, model)
+    for _ in range(2):
+        with pytest.raises(parity.LayoutError, match="axis_name='expert' is not a mesh axis"):
+            sim8.all_reduce(x, "sum", axis_name="expert")
+        with pytest.raises(parity.LayoutError, match="op='prod'"):
+            sim8.all_reduce(x, "prod", axis_name="model")
+        with pytest.raises(parity.LayoutError, match="axis_name=\\['model'\\]"):
+            sim8.all_reduce(x, "sum", axis_name=["model"])
+
+
+def test_a_cached_plan_keeps_mean_of_integers_floating(sim8, mesh24):
+    x = sim8.distribute_tensor(np.arange(64, dtype=np.int32).reshape(8, 8),
+                               parity.TensorLayout(("data", "model"), mesh24))
+    for _ in range(2):
+        out = sim8.all_reduce(x, "mean", axis_name="data")
+        assert out.dtype == torch.float32 and sim8.to_numpy(out).dtype == np.float32

@@ -50,14 +50,15 @@ def _prepare(x: Any, axis_name: Any, what: str) -> tuple[jax.Array, Spec]:
 
 
 @functools.lru_cache(maxsize=512)
-def _spmd(mesh: Any, in_spec: Spec, out_spec: Spec, body: Callable) -> Callable:
+def _spmd(mesh: Any, in_spec: Spec, out_spec: Spec, body: Callable, donate: bool) -> Callable:
     return jax.jit(
         jax.shard_map(
             body,
             mesh=mesh,
             in_specs=to_partition_spec(in_spec),
             out_specs=to_partition_spec(out_spec),
-        )
+        ),
+        donate_argnums=(0,) if donate else (),
     )
 
 
@@ -65,9 +66,12 @@ def _psum_like(op: str, axis_name: str) -> Callable:
     return functools.partial(_ALL_REDUCE[op], axis_name=axis_name)
 
 
-def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None) -> jax.Array:
+def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None, *,
+               donate: bool = False) -> jax.Array:
     """Reduce (``op`` in sum, mean, max, min) every device's block over
-    ``axis_name``; the result's spec drops ``axis_name``.
+    ``axis_name``; the result's spec drops ``axis_name``. ``donate=True``
+    donates ``x`` (``donate_argnums``): it is deleted, and using it again
+    raises ``DonatedArrayError``.
 
     Raises ``LayoutError`` for an op or axis name that is not valid,
     ``ParityError`` when ``x`` is not distributed.
@@ -75,10 +79,19 @@ def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None) -> jax.Arr
     check_op(op, "all_reduce")
     x, spec = _prepare(x, axis_name, "all_reduce")
     body = _body("all_reduce", op, axis_name, 0, 1)
-    return _spmd(x.sharding.mesh, spec, spec_without_axis(spec, axis_name), body)(x)
+    out = _spmd(x.sharding.mesh, spec, spec_without_axis(spec, axis_name), body, donate)(x)
+    return _consumed(x, out, donate)
 
 
-def all_gather(x: Any, axis: int, axis_name: str) -> jax.Array:
+def _consumed(x: jax.Array, out: jax.Array, donate: bool) -> jax.Array:
+    # XLA reuses a donated buffer only where the output fits in it (all_reduce);
+    # parity's contract is the same for every collective: a donated x is gone.
+    if donate and not x.is_deleted():
+        x.delete()
+    return out
+
+
+def all_gather(x: Any, axis: int, axis_name: str, *, donate: bool = False) -> jax.Array:
     """Concatenate the blocks of the ``axis_name`` group along ``axis``, in
     the order of their ``axis_name`` coordinate; spec drops ``axis_name``.
 
@@ -89,13 +102,15 @@ def all_gather(x: Any, axis: int, axis_name: str) -> jax.Array:
     x, spec = _prepare(x, axis_name, "all_gather")
     axis = check_axis(axis, x.ndim, "all_gather")
     body = _body("all_gather", "sum", axis_name, axis, 1)
-    return _spmd(x.sharding.mesh, spec, spec_without_axis(spec, axis_name), body)(x)
+    out = _spmd(x.sharding.mesh, spec, spec_without_axis(spec, axis_name), body, False)(x)
+    return _consumed(x, out, donate)
 
 
-def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> jax.Array:
+def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
+                   donate: bool = False) -> jax.Array:
     """Reduce the blocks of the ``axis_name`` group, then the device at
     coordinate k keeps chunk k of dim ``axis``; the spec moves ``axis_name``
-    to the minor-most place on dim ``axis``.
+    to the minor-most place on dim ``axis``. ``donate=True`` deletes ``x``.
 
     Raises ``LayoutError`` for a bad op, axis name or axis, ``ShardingError``
     when the block's dim ``axis`` does not divide by the axis size, and
@@ -116,7 +131,7 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> jax.Ar
         )
     out_spec = scattered_spec(spec, axis, axis_name)
     body = _body("reduce_scatter", op, axis_name, axis, size)
-    return _spmd(mesh, spec, tuple(out_spec), body)(x)
+    return _consumed(x, _spmd(mesh, spec, tuple(out_spec), body, False)(x), donate)
 
 
 def _shard_count(mesh: Any, names: tuple[str, ...]) -> int:

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from parity.errors import ParityError
+from parity.errors import DonatedArrayError, ParityError
 from parity.jax_ref.meshes import require_layout, to_named_sharding
 
 
@@ -73,10 +73,15 @@ def require_distributed(x: Any, what: str) -> jax.Array:
     """``x`` if it is a concrete ``jax.Array`` with a ``NamedSharding``.
 
     Raises ``ParityError`` otherwise: host data, a single-device array and
-    a traced value are not distributed arrays.
+    a traced value are not distributed arrays; ``DonatedArrayError`` for a
+    donated (deleted) one.
     """
     if isinstance(x, jax.core.Tracer):
         raise ParityError(f"{what} needs a concrete array, not a traced value under jit.")
+    if isinstance(x, jax.Array) and x.is_deleted():
+        raise DonatedArrayError(
+            f"{what} got an array that was donated (donate=True) or deleted: its buffer "
+            "is gone. Fix: use the value the donating call returned.", what=what)
     if not isinstance(x, jax.Array) or not isinstance(x.sharding, NamedSharding):
         kind = type(x).__name__
         if isinstance(x, jax.Array):
@@ -100,8 +105,11 @@ def all_gather_variable(x: Any) -> jax.Array:
 def to_numpy(x: Any) -> np.ndarray:
     """The whole global array as numpy, gathered from every process if needed.
 
-    Host data is converted as it is.
+    Host data is converted as it is. Raises ``DonatedArrayError`` for a
+    donated (deleted) array.
     """
+    if isinstance(x, jax.Array) and x.is_deleted():
+        require_distributed(x, "to_numpy")  # raises DonatedArrayError
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
         from jax.experimental import multihost_utils
 

@@ -4,6 +4,20 @@ devices that share its position on every other mesh axis (the sub-group of
 the named axis, never the whole world), and the result is laid out as SPEC
 says: the input spec without ``axis_name`` (``reduce_scatter``: with it
 appended as the minor-most name of dim ``axis``).
+
+Per call, only what depends on the data runs: everything fixed by (the
+input's ``DTensorSpec``, op, axis name, axis) -- the argument checks, the
+process group, the output's ``DTensorSpec`` -- is resolved once into a
+``_Plan`` and cached for the current process group. The result is wrapped
+with DTensor's own constructor and no autograd node (the collectives refuse
+inputs that require grad).
+
+``donate=True`` (JAX's ``donate_argnums``): ``x`` is consumed. ``all_reduce``
+reduces ``x``'s local buffer in place (multi-process) and returns it as the
+result; every collective then marks ``x`` invalid, so a later use raises
+``DonatedArrayError`` (``parity.torch_impl.donation``). Simulated ranks
+compute functionally (their blocks are ``LocalTensor``s) and invalidate
+``x`` alike.
 """
 
 from __future__ import annotations
@@ -13,102 +27,161 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from parity.collective_args import (
-    check_axis,
-    check_axis_name,
-    check_op,
-    scattered_spec,
-)
+from parity.collective_args import check_axis, check_axis_name, check_op, scattered_spec
 from parity.errors import IndivisibleError, ParityError
-from parity.layout import Spec, spec_without_axis
-from parity.torch_impl.meshes import mesh_axis_names
+from parity.layout import spec_without_axis
+from parity.torch_impl import state
 from parity.torch_impl.distribute import require_dtensor
-from parity.torch_impl.group_ops import all_gather_block, all_reduce_block, reduce_scatter_block
-from parity.torch_impl.tensors import (
-    global_shape_from_local,
-    resolve_pending,
-    spec_of,
-    wrap_collective_result,
-)
-
-def _floating_for_mean(local: torch.Tensor, op: str) -> torch.Tensor:
-    # lax.pmean of integers is float32; so is parity's.
-    if op == "mean" and not (local.is_floating_point() or local.is_complex()):
-        return local.to(torch.float32)
-    return local
+from parity.torch_impl.donation import invalidate
+from parity.torch_impl.group_ops import Group, all_gather_block, all_reduce_block
+from parity.torch_impl.group_ops import reduce_scatter_block
+from parity.torch_impl.meshes import mesh_axis_names
+from parity.torch_impl.tensors import global_shape_from_local, resolve_pending, result_spec
+from parity.torch_impl.tensors import spec_of
 
 
-def _prepare(x: Any, axis_name: str, what: str) -> tuple[DTensor, Spec, int]:
-    x = require_dtensor(x, what)
+class _Plan:
+    """What one (input spec, collective, op, axis name, axis) needs per call."""
+
+    __slots__ = ("pending", "group", "axis", "to_float", "out_spec")
+
+    def __init__(self, pending: bool, group: Group | None = None, axis: int = 0,
+                 to_float: bool = False, out_spec: Any = None) -> None:
+        self.pending, self.group, self.axis = pending, group, axis
+        self.to_float, self.out_spec = to_float, out_spec
+
+
+# Keyed on the torch mesh's identity besides the (value-compared) spec: the
+# meshes of two process groups compare equal, and a plan holds its mesh, so
+# an id is not reused while its plan lives.
+_plans: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096
+
+
+def _build_plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
+    """Check the arguments (raising as documented) and resolve the plan."""
+    if kind != "all_gather":
+        check_op(op, kind)
+    mesh = x.device_mesh
+    names = mesh_axis_names(mesh)
+    mesh_dim = check_axis_name(axis_name, names, mesh.shape, kind)
+    spec, pending = spec_of(x)
+    if pending:
+        return _Plan(pending=True)
+    if kind != "all_reduce":
+        axis = check_axis(axis, x.ndim, kind)
+    group = Group(mesh, mesh_dim, direct=state.mode() == "multiprocess")
+    local = list(x._local_tensor.shape)
+    to_float = op == "mean" and not (x.dtype.is_floating_point or x.dtype.is_complex)
+    if kind == "all_reduce":
+        out_spec = spec_without_axis(spec, axis_name)
+    elif kind == "all_gather":
+        out_spec = spec_without_axis(spec, axis_name)
+        local[axis] *= group.size
+    else:
+        if local[axis] % group.size:
+            raise IndivisibleError(
+                f"reduce_scatter: each device's block has size {local[axis]} on dim {axis}, "
+                f"which does not divide by the size {group.size} of mesh axis {axis_name!r}.",
+                dim=axis, size=local[axis], axes=(axis_name,), shards=group.size,
+            )
+        out_spec = scattered_spec(spec, axis, axis_name)
+        local[axis] //= group.size
+    shape = global_shape_from_local(local, out_spec, tuple(mesh.shape), names)
+    dtype = torch.float32 if to_float else x.dtype  # lax.pmean of integers is float32
+    return _Plan(False, group, axis, to_float, result_spec(mesh, out_spec, shape, dtype))
+
+
+def _plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
+    if type(op) is not str or type(axis_name) is not str or type(axis) is not int:
+        return _build_plan(x, kind, op, axis_name, axis)  # raises on the bad argument
+    spec = x._spec
+    key = (id(spec.mesh), spec, kind, op, axis_name, axis)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _build_plan(x, kind, op, axis_name, axis)
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = plan
+    return plan
+
+
+def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTensor, _Plan]:
+    x = require_dtensor(x, kind)
     if x.requires_grad and torch.is_grad_enabled():
         # A gradient through these would be wrong (DTensor's from_local and
         # the collective's own backward each count the replicas), and a
         # detached result would silently drop x's share of the gradient.
         raise ParityError(
-            f"{what} is not differentiable, as in parity.jax_ref (where it needs "
+            f"{kind} is not differentiable, as in parity.jax_ref (where it needs "
             "a concrete array, not a traced one), but x requires grad. Call it under "
             "torch.no_grad() or on x.detach(); for a differentiable reduction use "
             "ops under jax_semantics() (e.g. x.sum(dim) over a sharded dim)."
         )
-    x = resolve_pending(x)
-    mesh = x.device_mesh
-    mesh_dim = check_axis_name(axis_name, mesh_axis_names(mesh), mesh.shape, what)
-    spec, _ = spec_of(x)
-    return x, spec, mesh_dim
+    plan = _plan(x, kind, op, axis_name, axis)
+    if plan.pending:
+        x = resolve_pending(x)
+        plan = _plan(x, kind, op, axis_name, axis)
+    return x, plan
 
 
-def _wrap(local: torch.Tensor, x: DTensor, out_spec: Spec) -> DTensor:
-    mesh = x.device_mesh
-    shape = global_shape_from_local(
-        local.shape, out_spec, tuple(mesh.shape), mesh_axis_names(mesh))
-    return wrap_collective_result(local.contiguous(), mesh, out_spec, shape)
+def _result(local: torch.Tensor, plan: _Plan) -> DTensor:
+    # DTensor's own constructor without its (no-op) __init__: the cheapest wrapper.
+    return DTensor.__new__(DTensor, local, plan.out_spec, requires_grad=False)
 
 
-def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None) -> DTensor:
+def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None, *,
+               donate: bool = False) -> DTensor:
     """``lax.psum``/``pmean``/``pmax``/``pmin`` of the local blocks over
-    ``axis_name``; the result's spec drops ``axis_name``.
+    ``axis_name``; the result's spec drops ``axis_name``. ``donate=True``
+    reduces ``x``'s buffer in place and invalidates ``x``.
 
     Raises ``LayoutError`` for an unknown axis or op, ``ParityError`` for a
-    tensor that is not distributed.
+    tensor that is not distributed or requires grad, ``DonatedArrayError``
+    for a donated ``x``.
     """
-    check_op(op, "all_reduce")
-    x, spec, mesh_dim = _prepare(x, axis_name, "all_reduce")
-    local = all_reduce_block(_floating_for_mean(x.to_local(), op), op, x.device_mesh, mesh_dim)
-    return _wrap(local, x, spec_without_axis(spec, axis_name))
+    x, plan = _prepare(x, "all_reduce", op, axis_name, 0)
+    local = x._local_tensor
+    if plan.to_float:
+        local = local.to(torch.float32)
+    out = all_reduce_block(local, op, plan.group, in_place=donate)
+    if donate:
+        invalidate(x, "all_reduce")
+    return _result(out, plan)
 
 
-def all_gather(x: Any, axis: int, axis_name: str) -> DTensor:
+def all_gather(x: Any, axis: int, axis_name: str, *, donate: bool = False) -> DTensor:
     """``lax.all_gather(block, axis_name, axis=axis, tiled=True)``: blocks
     concatenated along ``axis`` in the order of the ``axis_name`` coordinate.
+    ``donate=True`` invalidates ``x`` (its buffer is freed once unreferenced;
+    the result is larger, so it cannot live in it).
 
-    Raises ``LayoutError`` for an unknown axis name or an axis out of range.
+    Raises ``LayoutError`` for an unknown axis name or an axis out of range,
+    ``DonatedArrayError`` for a donated ``x``.
     """
-    x, spec, mesh_dim = _prepare(x, axis_name, "all_gather")
-    axis = check_axis(axis, x.ndim, "all_gather")
-    local = all_gather_block(x.to_local(), axis, x.device_mesh, mesh_dim)
-    return _wrap(local, x, spec_without_axis(spec, axis_name))
+    x, plan = _prepare(x, "all_gather", "sum", axis_name, axis)
+    out = all_gather_block(x._local_tensor, plan.axis, plan.group)
+    if donate:
+        invalidate(x, "all_gather")
+    return _result(out, plan)
 
 
-def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum") -> DTensor:
+def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
+                   donate: bool = False) -> DTensor:
     """``lax.psum_scatter(block, axis_name, scatter_dimension=axis, tiled=True)``
     (with ``op`` in sum, mean, max, min): the device at coordinate k of
     ``axis_name`` gets the reduction of chunk k of every block in its group.
+    ``donate=True`` invalidates ``x``.
 
     Raises ``LayoutError`` for an unknown axis name, op or an axis out of
-    range, and ``ShardingError`` when the block's ``axis`` does not divide by
-    the axis size.
+    range, ``IndivisibleError`` when the block's ``axis`` does not divide by
+    the axis size, ``DonatedArrayError`` for a donated ``x``.
     """
-    check_op(op, "reduce_scatter")
-    x, spec, mesh_dim = _prepare(x, axis_name, "reduce_scatter")
-    axis = check_axis(axis, x.ndim, "reduce_scatter")
-    local = _floating_for_mean(x.to_local().contiguous(), op)
-    size = x.device_mesh.size(mesh_dim)
-    block = int(local.shape[axis])
-    if block % size:
-        raise IndivisibleError(
-            f"reduce_scatter: each device's block has size {block} on dim {axis}, "
-            f"which does not divide by the size {size} of mesh axis {axis_name!r}.",
-            dim=axis, size=block, axes=(axis_name,), shards=size,
-        )
-    local = reduce_scatter_block(local, op, axis, x.device_mesh, mesh_dim)
-    return _wrap(local, x, scattered_spec(spec, axis, axis_name))
+    x, plan = _prepare(x, "reduce_scatter", op, axis_name, axis)
+    local = x._local_tensor
+    if plan.to_float:
+        local = local.to(torch.float32)
+    out = reduce_scatter_block(local, op, plan.axis, plan.group)
+    if donate:
+        invalidate(x, "reduce_scatter")
+    return _result(out, plan)

@@ -17,6 +17,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from parity.errors import MeshMismatchError, ParityError
 from parity.layout import TensorLayout
 from parity.torch_impl import devices, meshes, state
+from parity.torch_impl.donation import check_not_donated
 from parity.torch_impl.torch_compat import rank_map
 from parity.torch_impl.tensors import (
     as_host_tensor,
@@ -120,13 +121,18 @@ def all_gather_variable(x: Any) -> DTensor:
 
 
 def require_dtensor(x: Any, what: str) -> DTensor:
-    if isinstance(x, torch.nn.Parameter) and isinstance(x.data, DTensor):
-        return x
+    """``x`` if it is a DTensor (a ``Parameter`` of one included) that was
+    not donated; ``ParityError`` otherwise (``DonatedArrayError`` for a
+    donated one)."""
     if not isinstance(x, DTensor):
-        raise ParityError(
-            f"{what} needs a distributed tensor (DTensor); got {type(x).__name__}. "
-            "Fix: distribute_tensor(x, layout) first."
-        )
+        if isinstance(x, torch.nn.Parameter) and isinstance(x.data, DTensor):
+            x = x.data
+        else:
+            raise ParityError(
+                f"{what} needs a distributed tensor (DTensor); got {type(x).__name__}. "
+                "Fix: distribute_tensor(x, layout) first."
+            )
+    check_not_donated(x)
     return x
 
 
@@ -137,6 +143,7 @@ def to_numpy(x: Any) -> np.ndarray:
     converted as they are.
     """
     if isinstance(x, DTensor):
+        check_not_donated(x)
         full = resolve_pending(x).full_tensor()
         x = first_rank_value(full)
     if isinstance(x, torch.Tensor):

@@ -33,6 +33,7 @@ class Runtime:
 lock = threading.RLock()
 _generations = itertools.count(1)
 _runtime = Runtime()
+_user_runtime: tuple[object, Runtime] | None = None
 
 
 def set_runtime(mode_name: str, world_size: int, device_type: str) -> Runtime:
@@ -51,11 +52,16 @@ def current() -> Runtime:
     group destroyed and started again is a new generation. Nothing is stored.
     """
     state = _runtime
-    if state.mode == "plain" and dist.is_initialized():
-        world = dist.group.WORLD
-        return Runtime("multiprocess", dist.get_world_size(),
-                       "cuda" if dist.get_backend() == "nccl" else "cpu", ("user", world))
-    return state
+    if state.mode != "plain" or not dist.is_initialized():
+        return state
+    world = dist.group.WORLD
+    derived = _user_runtime
+    if derived is None or derived[0] is not world:
+        derived = (world, Runtime("multiprocess", dist.get_world_size(),
+                                  "cuda" if dist.get_backend() == "nccl" else "cpu",
+                                  ("user", world)))
+        globals()["_user_runtime"] = derived  # a cache of what the group says, not state
+    return derived[1]
 
 
 def mode() -> str:

@@ -109,28 +109,20 @@ def from_local_blocks(
     )
 
 
-def wrap_collective_result(
-    local: torch.Tensor, torch_mesh: Any, spec: Spec, global_shape: Sequence[int]
-) -> DTensor:
-    """Each rank's block of a collective's result as a DTensor of ``spec``,
-    without an autograd node (the collectives refuse inputs that require
-    grad), its ``DTensorSpec`` built once per (mesh, spec, shape, dtype):
-    ``DTensor.from_local``'s autograd wrapper and spec construction cost
-    about 65 us per call."""
-    dspec = _result_spec(state.generation(), torch_mesh, tuple(spec),
-                         tuple(int(n) for n in global_shape), local.dtype)
-    return DTensor(local, dspec, requires_grad=False)
+def result_spec(torch_mesh: Any, spec: Spec, global_shape: Sequence[int], dtype: torch.dtype):
+    """The ``DTensorSpec`` of a contiguous result laid out as ``spec`` (cached
+    per process group: torch meshes of two ``simulate()`` blocks compare
+    equal, and a spec must not carry a mesh whose process group is gone)."""
+    return _result_spec(state.generation(), torch_mesh, tuple(spec),
+                        tuple(int(n) for n in global_shape), dtype)
 
 
 @functools.lru_cache(maxsize=4096)
-def _result_spec(generation: int, torch_mesh: Any, spec: Spec, global_shape: tuple[int, ...],
+def _result_spec(generation: object, torch_mesh: Any, spec: Spec, global_shape: tuple[int, ...],
                  dtype):
-    # Keyed on the generation: torch meshes of two simulate() blocks compare
-    # equal, and a spec must not carry a mesh whose process group is gone.
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
-    placements = to_placements(spec, tuple(torch_mesh.shape),
-                               meshes.mesh_axis_names(torch_mesh))
+    placements = to_placements(spec, tuple(torch_mesh.shape), meshes.mesh_axis_names(torch_mesh))
     meta = TensorMeta(torch.Size(global_shape), contiguous_stride(global_shape), dtype)
     return DTensorSpec(torch_mesh, tuple(placements), tensor_meta=meta)
 

@@ -59,6 +59,19 @@ def main() -> None:
     np.testing.assert_allclose(ti.local_block(scattered_mean, rank).numpy(), chunk)
     assert ti.describe(scattered_mean).spec == (("data",), ("model",))
 
+    # Donation: all_reduce reduces the donor's own buffer; the donor is then invalid.
+    donor = ti.distribute_tensor(host, layout)
+    buffer = donor.to_local()
+    donated = ti.all_reduce(donor, "sum", axis_name="model", donate=True)
+    assert donated.to_local().data_ptr() == buffer.data_ptr()
+    np.testing.assert_allclose(ti.local_block(donated, rank).numpy(), mine + model_peer)
+    try:
+        ti.to_numpy(donor)
+    except parity.errors.DonatedArrayError:
+        pass
+    else:
+        raise AssertionError("a donated tensor was read")
+
     # Data input: each process passes its data shard; ranks 0 and 1 share one.
     global_batch = np.arange(12, dtype=np.float32).reshape(4, 3)
     local_batch = global_batch[2 * (rank // 2) : 2 * (rank // 2) + 2]

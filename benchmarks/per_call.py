@@ -1,0 +1,117 @@
+"""Per-call cost of parity's own Python, on torch's ``fake`` process group.
+
+A ``fake`` group runs every collective as a no-op, so what a call costs is
+the Python of each layer: parity's checks, DTensor's wrapper, the group
+lookup. One process, rank 0 of a world of 4, mesh ``(4,)`` ``x``; each
+figure is the best of 7 blocks of 2,000 calls (the machine is shared; the
+best block is the one least disturbed). Baselines:
+
+* ``all_reduce``: ``clone`` + ``dist.all_reduce`` (parity is functional:
+  it returns a new array, so the raw call allocates too); with
+  ``donate=True``: ``dist.all_reduce`` in place on the same buffer;
+* ``all_gather`` / ``reduce_scatter``: ``empty`` output + the
+  ``*_single`` collective;
+* ``a + b`` under ``jax_semantics()``: the same ``a + b`` on plain DTensor.
+
+Run: ``python -m benchmarks.per_call`` (prints JSON rows); the benchmark
+runner starts it as a subprocess (the process group is process-wide).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+
+WORLD = 4
+BLOCKS = 7
+CALLS = 2000
+
+
+def best_per_call(fn: Callable[[], object], calls: int = CALLS, blocks: int = BLOCKS) -> float:
+    """Seconds per call of the fastest of ``blocks`` blocks of ``calls`` calls."""
+    for _ in range(200):
+        fn()
+    best = float("inf")
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def measure(calls: int = CALLS, blocks: int = BLOCKS) -> list[dict]:
+    """``[{"case", "parity_s", "raw_s", "baseline"}, ...]`` on a fresh fake group."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    import parity
+    from parity import torch_impl as ti
+    from parity.torch_impl.torch_compat import dist_all_gather_single, dist_reduce_scatter_single
+
+    dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
+    try:
+        mesh = parity.DeviceMesh((WORLD,), ("x",))
+        layout = parity.TensorLayout(("x",), mesh)
+        n = 1024
+        x = ti.distribute_data_input(torch.ones(n), layout)
+        local = x.to_local()
+        gathered = n * WORLD
+        cases = [
+            ("all_reduce, 1,024 f32/rank", lambda: ti.all_reduce(x, "sum", axis_name="x"),
+             lambda: dist.all_reduce(local.clone()), "clone + dist.all_reduce"),
+            ("all_gather, 1,024 f32/rank", lambda: ti.all_gather(x, 0, "x"),
+             lambda: dist_all_gather_single(torch.empty(gathered), local),
+             "empty + all_gather_single"),
+            ("reduce_scatter, 1,024 f32/rank", lambda: ti.reduce_scatter(x, 0, "x"),
+             lambda: dist_reduce_scatter_single(torch.empty(n // WORLD), local),
+             "empty + reduce_scatter_single"),
+        ]
+        if "donate" in ti.all_reduce.__code__.co_varnames:
+            buf = ti.distribute_data_input(torch.ones(n), layout)
+            holder = [buf]
+
+            def donated():
+                holder[0] = ti.all_reduce(holder[0], "sum", axis_name="x", donate=True)
+
+            cases.append(("all_reduce donate=True, 1,024 f32/rank", donated,
+                          lambda: dist.all_reduce(local), "dist.all_reduce in place"))
+        host = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+        a = ti.distribute_tensor(host, parity.TensorLayout(("x", None), mesh))
+        b = ti.distribute_tensor(host, parity.TensorLayout(("x", None), mesh))
+
+        def add_semantics():
+            with ti.jax_semantics():
+                return a + b
+
+        cases.append(("a + b, (256, 64) over x, under jax_semantics()", add_semantics,
+                      lambda: a + b, "plain DTensor a + b"))
+        torch_mesh = ti.to_torch_mesh(mesh)
+        cases.append(("DTensor redistribute Shard -> Replicate (context)",
+                      lambda: x.redistribute(torch_mesh, [Replicate()]),
+                      lambda: dist.all_reduce(local.clone()), "clone + dist.all_reduce"))
+        rows = []
+        with torch.no_grad():
+            for case, mine, raw, baseline in cases:
+                p = best_per_call(mine, calls, blocks)
+                r = best_per_call(raw, calls, blocks)
+                rows.append({"case": case, "parity_s": p, "raw_s": r, "baseline": baseline})
+        del DTensor
+        return rows
+    finally:
+        dist.destroy_process_group()
+
+
+def main() -> None:
+    calls = int(sys.argv[1]) if len(sys.argv) > 1 else CALLS
+    for row in measure(calls):
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

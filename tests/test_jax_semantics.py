@@ -479,3 +479,25 @@ def test_no_strategy_matches_each_dtensor_message(message):
 def test_no_strategy_lets_other_errors_through():
     assert not dtensor_errors.no_strategy(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
     assert not dtensor_errors.no_strategy(ValueError("Please redistribute the input first."))
+
+
+@pytest.mark.parametrize("message, kind", [
+    ("Operator aten.scatter_reduce.two does not have a sharding strategy registered.",
+     "no-strategy"),
+    ("aten.masked_select.default\n\nSharding propagation failed for aten.masked_select.default("
+     "Spec(f32[8](S(0)R)), Spec(b8[8](S(0)R))) on DeviceMesh((data=2, model=4), 'cpu')",
+     "no-strategy"),
+    ("aten.add.Tensor got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to "
+     "DTensor before calling distributed operators!", "mixed"),
+    ("This operation would remove or reshape sharded dimension 1, which requires "
+     "redistribution. Please redistribute the input first.  Sharding propagation failed for "
+     "aten.view.default", "placements"),
+])
+def test_dtensor_error_kind_per_message(message, kind):
+    assert dtensor_errors.kind(RuntimeError(message)) == kind
+    assert dtensor_errors.kind(NotImplementedError(message)) == kind
+
+
+def test_dtensor_error_kind_of_a_genuine_error_is_none():
+    assert dtensor_errors.kind(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+    assert dtensor_errors.kind(TypeError("got mixed torch.Tensor and DTensor")) is None

@@ -1,34 +1,63 @@
-"""Which DTensor errors mean "no sharding strategy for these placements".
+"""What a DTensor error means for the mode: the one place that reads
+DTensor's error messages.
 
-torch gives no exception type for it: DTensor's sharding propagation and
-view rules raise plain ``RuntimeError`` / ``NotImplementedError`` with a
-message. This is the one place that reads those messages; each phrase below
-is quoted from torch's source (``torch/distributed/tensor``) and has its own
-test in ``tests/test_jax_semantics.py``. When it matches, the mode gathers
-the operands above autograd and runs the op again (see ``mode``).
+torch gives no exception type for "no sharding strategy": DTensor's sharding
+propagation and view rules raise plain ``RuntimeError`` /
+``NotImplementedError`` with a message. ``kind(err)`` sorts such an error
+into what the mode does next (see ``fallback``); each phrase below is quoted
+from torch's source (``torch/distributed/tensor``, torch 2.13) and has its
+own test in ``tests/test_jax_semantics.py``. Phrases are tried in the order
+of the table; an error that matches none is a genuine error (bad arguments,
+a bug) and propagates.
 
-| phrase                    | raised by (torch 2.13)                                   |
-|---------------------------|----------------------------------------------------------|
-| ``_StridedShard``         | ``_view_ops``: unflatten of a strided shard;             |
-|                           | ``_nonlinear_redux``: "does not support _StridedShard!"  |
-| ``redistribute the input``| ``_view_ops``: a view that removes or reshapes a sharded |
-|                           | dim ("Please redistribute the input first.")             |
-| ``Please redistribute``   | ``_view_ops``: uneven flatten/unflatten ("Please         |
-|                           | redistribute the tensor before this operation.")         |
-| ``unevenly sharded``      | ``_view_ops``: "Cannot flatten unevenly sharded tensor"  |
+| kind          | phrase                          | raised by                               |
+|---------------|---------------------------------|-----------------------------------------|
+| placements    | ``_StridedShard``               | ``_view_ops`` unflatten of a strided    |
+|               |                                 | shard; ``_nonlinear_redux``             |
+| placements    | ``redistribute the input``      | ``_view_ops``: a view that removes or   |
+|               |                                 | reshapes a sharded dim                  |
+| placements    | ``Please redistribute``         | ``_view_ops``: uneven flatten/unflatten |
+| placements    | ``unevenly sharded``            | ``_view_ops``: "Cannot flatten unevenly |
+|               |                                 | sharded tensor"                         |
+| no-strategy   | ``does not have a sharding      | ``_sharding_prop``: no strategy at all  |
+|               | strategy registered``           | for the op                              |
+| no-strategy   | ``Sharding propagation failed`` | ``_sharding_prop``: any other failure   |
+|               |                                 | (e.g. an output size that depends on    |
+|               |                                 | the data: ``masked_select``)            |
+| mixed         | ``got mixed torch.Tensor and    | ``_dispatch``: a plain tensor (made     |
+|               | DTensor``                       | inside a composite op) met a DTensor    |
+
+``placements``: gather the operands, DTensor runs the op; ``no-strategy``:
+compute on the gathered full values (``fallback.run_replicated``);
+``mixed``: ``fallback.run_implicit``.
 """
 
 from __future__ import annotations
 
-NO_STRATEGY_PHRASES = ("_StridedShard", "redistribute the input", "Please redistribute",
-                       "unevenly sharded")
+PHRASES: tuple[tuple[str, str], ...] = (
+    ("placements", "_StridedShard"),
+    ("placements", "redistribute the input"),
+    ("placements", "Please redistribute"),
+    ("placements", "unevenly sharded"),
+    ("no-strategy", "does not have a sharding strategy registered"),
+    ("no-strategy", "Sharding propagation failed"),
+    ("mixed", "got mixed torch.Tensor and DTensor"),
+)
+
+
+def kind(err: BaseException) -> str | None:
+    """``"placements"``, ``"no-strategy"``, ``"mixed"`` or ``None`` (a
+    genuine error) for an exception raised by an op on DTensors."""
+    if not isinstance(err, (RuntimeError, NotImplementedError)):
+        return None
+    text = str(err)
+    for found, phrase in PHRASES:
+        if phrase in text:
+            return found
+    return None
 
 
 def no_strategy(err: BaseException) -> bool:
-    """Whether ``err`` (from running an op on DTensors) is DTensor saying it
-    has no strategy for the operands' placements -- as opposed to a genuine
-    error (bad arguments, a bug) that must propagate."""
-    if not isinstance(err, (RuntimeError, NotImplementedError)):
-        return False
-    text = str(err)
-    return any(phrase in text for phrase in NO_STRATEGY_PHRASES)
+    """Whether DTensor has no strategy for the operands' *placements* (it
+    may have one once they are gathered)."""
+    return kind(err) == "placements"

@@ -13,6 +13,11 @@ mirror collective in backward -- is ``__torch_function__``. Per op:
    gradient comes back with its own placement;
 3. run the op, then complete pending reductions (``pending``) and lay each
    output out as JAX's rule says.
+4. where DTensor refuses the op (no strategy, an output size that depends
+   on the data, a plain tensor made inside a composite op) or its strategy
+   is known to be wrong, take the fallback that always works
+   (``fallback``: gather above autograd, compute on the full values);
+   undefined gradients are made DTensors again (``grad_guard``).
 
 Scoping: torch keeps its function-mode stack per thread, so the mode and the
 scope's state are per thread too. Entering ``jax_semantics()`` pushes one
@@ -43,7 +48,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from parity.torch_impl.semantics import (
     dtensor_errors,
+    fallback,
     fast_path,
+    grad_guard,
     local_ops,
     operands,
     pending,
@@ -165,17 +172,23 @@ class _JaxSemanticsMode(TorchFunctionMode):
         else:
             # Eager: a call already proven clean runs directly (fast_path).
             name = getattr(func, "__name__", None)
-            if name in _PASSTHROUGH:
+            if name in _PASSTHROUGH and not _ruled_property(name, func):
                 return func(*args, **kwargs)
             key = fast_path.signature(func, args, kwargs, _defer())
             if key is not None and key in fast_path.CLEAN:
                 return func(*args, **kwargs)
-        if name in _PASSTHROUGH:
+        if name in _PASSTHROUGH and not _ruled_property(name, func):
             return func(*args, **kwargs)
         mesh = operands.find_mesh(args, kwargs)
         if mesh is None:
             return func(*args, **kwargs)
         return _run(func, name or "", args, kwargs, mesh, key)
+
+
+def _ruled_property(name: str | None, func) -> bool:
+    # ``x.T``, ``x.mT``, ``x.H``, ``x.mH`` compute (a transpose): they have
+    # rules, so that the leaf's gradient comes back with its placement.
+    return name == "__get__" and rules.covers(func)
 
 
 def _defer() -> bool:
@@ -220,6 +233,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
             out = S.redistribute_to(t, spec, guard=guard)
         if out is not t or partial:
             moved.append(loc)
+            if grad and out.requires_grad and not torch.compiler.is_compiling():
+                out = grad_guard.guard(out)
         return out
 
     prepared_args, prepared_kwargs = _map_dtensors(args, kwargs, prepare)
@@ -227,21 +242,41 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         out = local_ops.run_local_reduction(func, prepared_args, prepared_kwargs)
         if out is not None:
             return _finish(out, plan, keep_partial)
+    if fallback.known_wrong(func):
+        # DTensor's strategy is wrong for some placements (fallback.KNOWN_WRONG)
+        out = fallback.run_replicated(func, prepared_args, prepared_kwargs, mesh,
+                                      "DTensor's strategy for it is wrong")
+        return _finish(out, plan, keep_partial)
     try:
         out = func(*prepared_args, **prepared_kwargs)
     except (NotImplementedError, RuntimeError) as err:
-        if not dtensor_errors.no_strategy(err):
-            raise
-        # DTensor has no strategy for these placements (a strided shard, a
-        # view of a sharded dim): gather the operands above autograd, run,
-        # and lay the result out as JAX's rule says below.
-        prepared_args, prepared_kwargs = _map_dtensors(
-            prepared_args, prepared_kwargs, lambda loc, t: S.redistribute_to(t, ((),) * t.ndim))
-        return _finish(func(*prepared_args, **prepared_kwargs), plan, keep_partial)
+        return _finish(_recover(err, func, prepared_args, prepared_kwargs, mesh), plan,
+                       keep_partial)
     result = _finish(out, plan, keep_partial)
     if key is not None and not moved and result is out and not _any_partial(out):
         fast_path.remember(key)
     return result
+
+
+def _recover(err: Exception, func, args: tuple, kwargs: dict, mesh) -> Any:
+    """The op's result after DTensor refused it with ``err`` (see
+    ``fallback`` for the policy); ``err`` itself when it is a genuine error."""
+    found = dtensor_errors.kind(err)
+    if found is None:
+        raise err
+    if found == "mixed":
+        return fallback.run_implicit(func, args, kwargs, mesh)
+    if found == "placements":
+        # No strategy for these placements (a strided shard, a view of a
+        # sharded dim): gather the operands above autograd and run again.
+        args, kwargs = _map_dtensors(args, kwargs,
+                                     lambda loc, t: S.redistribute_to(t, ((),) * t.ndim))
+        try:
+            return func(*args, **kwargs)
+        except (NotImplementedError, RuntimeError) as again:
+            if dtensor_errors.kind(again) is None:
+                raise
+    return fallback.run_replicated(func, args, kwargs, mesh, "DTensor has no strategy for it")
 
 
 def _any_partial(out: Any) -> bool:

@@ -9,11 +9,10 @@ back (strided shards included, see ``parity.torch_impl.placements``).
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Sequence
 
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
+from parity import sharding_rules as R
 from parity.layout import Spec
 from parity.torch_impl.placements import to_placements
 from parity.torch_impl.meshes import mesh_axis_names
@@ -45,40 +44,11 @@ def axis_sizes(mesh) -> dict[str, int]:
     return dict(zip(mesh_axis_names(mesh), mesh.shape))
 
 
-def shard_count(names: Sequence[str], sizes: dict[str, int]) -> int:
-    return math.prod([sizes[n] for n in names])  # a list: dynamo cannot trace prod(generator)
-
-
-def fit_to_shape(spec: Spec, shape: Sequence[int], sizes: dict[str, int]) -> Spec:
-    """``spec`` with the names dropped from dims they do not divide evenly
-    (JAX refuses uneven shards; a replicated dim is the safe choice)."""
-    out = []
-    for names, size in zip(spec, shape):
-        kept: tuple[str, ...] = ()
-        for n in names:
-            if size % shard_count(kept + (n,), sizes) == 0:
-                kept = kept + (n,)
-            else:
-                break
-        out.append(kept)
-    return tuple(out)
-
-
-def dedupe(spec: Spec, used: Sequence[str] = ()) -> Spec:
-    """``spec`` with each mesh axis kept only at its first use (JAX forbids
-    an axis on two dims)."""
-    seen = set(used)
-    out = []
-    for names in spec:
-        kept = tuple(n for n in names if n not in seen)
-        seen.update(kept)
-        out.append(kept)
-    return tuple(out)
-
-
-def replicate_dims(spec: Spec, dims) -> Spec:
-    dims = set(dims)
-    return tuple(() if d in dims else names for d, names in enumerate(spec))
+# The pure spec algebra (shared with the rules): one implementation.
+shard_count = R.shard_count
+fit_to_shape = R.fit_to_shape
+dedupe = R.dedupe
+replicate_dims = R.replicate_dims
 
 
 def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:

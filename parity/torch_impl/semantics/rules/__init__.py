@@ -31,6 +31,8 @@ marks it ``chosen``.
 |                            | spec (stack: new dim None)        |                                 |
 | shapes: split, chunk, ...  | _split: the operand's spec        | the split dim gathered          |
 | indexing: slices, pad      | _slice/_pad: the operand's spec   | the sliced/padded dims gathered |
+| spatial: conv*, *pool*     | conv_general_dilated / reduce_    | batch (pooling: and channel)    |
+|                            | window: batch dim kept            | kept, the rest gathered         |
 
 Any output spec is fitted to the output's shape: a dim that does not divide
 by its shard count is replicated (JAX refuses uneven shards; that case is
@@ -45,15 +47,17 @@ from parity.torch_impl.semantics.rules import (  # noqa: F401 - registers the fa
     layers,
     reductions,
     shapes,
+    spatial,
 )
 from parity.torch_impl.semantics.rules.registry import (
     Call,
     NotCovered,
     Plan,
     covered,
+    covers,
     plan_for,
     rule_for,
     torch_ops,
 )
 
-__all__ = ["Call", "NotCovered", "Plan", "covered", "plan_for", "rule_for", "torch_ops"]
+__all__ = ["Call", "NotCovered", "Plan", "covered", "covers", "plan_for", "rule_for", "torch_ops"]

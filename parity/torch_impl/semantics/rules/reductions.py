@@ -10,6 +10,8 @@ scanned dim.
 
 from __future__ import annotations
 
+import torch
+
 from parity import sharding_rules as R
 from parity.torch_impl.semantics import specs as S
 from parity.torch_impl.semantics.rules.elementwise import elementwise
@@ -17,6 +19,7 @@ from parity.torch_impl.semantics.rules.registry import Call, NotCovered, Plan, r
 
 _PARTIAL_FRIENDLY = frozenset("sum mean amax amin nansum nanmean all any".split())
 _WHOLE_FRIENDLY = frozenset("max min prod".split())  # friendly when reducing every dim
+_SELECTING = frozenset("amax amin max min".split())  # gradient goes to the selected element
 REDUCTION_NAMES = ("sum mean amax amin nansum nanmean prod argmax argmin logsumexp var std all any "
                    "max min norm count_nonzero median").split()
 
@@ -62,6 +65,10 @@ def reduction(call: Call) -> Plan:
     spec = S.spec_of(x)
     out = R.reduce(spec, dims, bool(keepdim))
     friendly = call.name in _PARTIAL_FRIENDLY or (call.name in _WHOLE_FRIENDLY and dims is None)
+    if call.name in _SELECTING and x.requires_grad and torch.is_grad_enabled():
+        # DTensor's gradient of a max over a sharded dim is wrong (inf/NaN
+        # when the maximum is not in the first shard): gather the dims.
+        friendly = False
     all_dims = range(x.ndim) if dims is None else dims
     inputs = {} if friendly else {loc: R.replicate_dims(spec, all_dims)}
     linear = call.name in ("sum", "mean", "nansum")

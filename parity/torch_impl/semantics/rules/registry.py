@@ -140,6 +140,11 @@ def rule_for(*targets: Any) -> Callable[[Rule], Rule]:
     return register
 
 
+def covers(func: Any) -> bool:
+    """Whether ``func`` has a rule."""
+    return _key_of(func) is not None
+
+
 def covered() -> frozenset:
     """Every callable that has a rule."""
     return frozenset(_KEYS)

@@ -11,6 +11,7 @@ replicated).
 
 from __future__ import annotations
 
+import torch
 from torch.distributed.tensor import DTensor
 
 from parity import sharding_rules as R
@@ -47,6 +48,25 @@ def transpose(call: Call) -> Plan:
         if not _int(d0) or not _int(d1):
             raise NotCovered
         perm = R.swap_perm(n, d0, d1)
+    return Plan({}, [R.permute(spec, perm)])
+
+
+_PROPERTIES = [(torch.Tensor.T.__get__, "T"), (torch.Tensor.H.__get__, "H"),
+               (torch.Tensor.mT.__get__, "mT"), (torch.Tensor.mH.__get__, "mH")]
+
+
+@rule_for(*_PROPERTIES)
+def transpose_property(call: Call) -> Plan:
+    """``x.T`` / ``x.H`` reverse the dims, ``x.mT`` / ``x.mH`` swap the last
+    two (the conjugate changes no placement)."""
+    _, x = call.only_self()
+    spec, n = S.spec_of(x), x.ndim
+    if call.name in ("T", "H"):
+        perm = list(range(n))[::-1]
+    else:
+        if n < 2:
+            raise NotCovered  # torch refuses it
+        perm = R.swap_perm(n, -2, -1)
     return Plan({}, [R.permute(spec, perm)])
 
 

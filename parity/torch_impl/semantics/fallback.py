@@ -1,0 +1,161 @@
+"""The fallback that always works, and when the mode takes it.
+
+Policy (``jax_semantics()``'s contract for an op with a DTensor operand):
+the result equals the op on the unsharded tensors, with JAX's placement
+where a rule exists (``rules``) and a replicated one otherwise -- or a
+``parity.UnsupportedOpError`` naming the op, the operands' placements and
+why. Never a wrong value, never DTensor's own stack trace for an op torch
+itself can run. The fallback is what JAX's partitioner does at worst:
+
+* ``run_replicated``: every DTensor operand is gathered above autograd
+  (DTensor's differentiable ``redistribute``), the op runs on each rank's
+  full copy (``to_local`` / ``from_local``, both differentiable, so the
+  gradient flows back and each input's gradient has that input's
+  placement), and its tensor results come back replicated (the mode then
+  lays them out as the op's rule says, if it has one).
+* ``run_implicit``: composite ops that create plain tensors inside
+  (``scaled_dot_product_attention``, ``linalg.matrix_power``,
+  ``slice_scatter``, ``diagonal_scatter``, ``vander``, ``combinations``)
+  run once more with DTensor's ``implicit_replication()`` scoped to that
+  one call; if that fails too, ``run_replicated``.
+
+When (``mode._run``):
+
+1. the op is on ``KNOWN_WRONG`` below: DTensor has a strategy that gives a
+   wrong value or gradient for some placements -> ``run_replicated``
+   before DTensor sees it;
+2. DTensor has no strategy for these placements (``dtensor_errors``:
+   ``placements``) -> the operands are gathered and DTensor runs the op;
+3. DTensor has no strategy at all, or cannot propagate shardings (an output
+   size that depends on the data: ``masked_select``, ``nonzero``, ...)
+   (``dtensor_errors``: ``no-strategy``) -> ``run_replicated``;
+4. a plain tensor made inside the op met a DTensor (``mixed``) ->
+   ``run_implicit``.
+
+In-place ops and ``out=`` on a sharded operand are refused in the fallback
+(``UnsupportedOpError``): the full copy it computes on is not the operand's
+storage. Their out-of-place forms work.
+
+Known-wrong strategies (torch 2.13), with what goes wrong:
+
+| op                                   | placements       | DTensor gives                 |
+|--------------------------------------|------------------|-------------------------------|
+| ``linalg.eig``, ``linalg.eigvals``   | sharded batch    | NaN gradient                  |
+| (gradient)                           |                  |                               |
+| ``slice_scatter``, ``select_scatter``| any sharded      | backward: "got mixed          |
+| ``diagonal_scatter``,                |                  | torch.Tensor and DTensor"     |
+| ``as_strided_scatter`` (gradient)    |                  | (plain zeros made inside)     |
+| conv family (``conv*d``,             | sharded spatial  | wrong shape/values; backward  |
+| ``conv_transpose*d``)                | dim or weight    | "Stride must be 1 ..." -- the |
+|                                      |                  | conv rule gathers those dims  |
+| ``amax``/``amin``/``max``/``min``    | reduced dim      | gradient inf/NaN when the max |
+| (gradient)                           | sharded          | is not in the first shard --  |
+|                                      |                  | the reduction rule gathers    |
+|                                      |                  | the reduced dims under grad   |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor.experimental import implicit_replication
+from torch.utils._pytree import tree_map
+
+from parity.errors import UnsupportedOpError
+from parity.torch_impl.semantics import pending
+from parity.torch_impl.semantics import specs as S
+
+# Ops whose DTensor strategy gives wrong values for some placements: always
+# computed on the gathered operands.
+KNOWN_WRONG = frozenset({
+    torch.linalg.eig, torch.linalg.eigvals,
+    # backward makes plain zeros that meet the DTensor gradient
+    torch.slice_scatter, torch.Tensor.slice_scatter, torch.diagonal_scatter,
+    torch.Tensor.diagonal_scatter, torch.select_scatter, torch.Tensor.select_scatter,
+    torch.as_strided_scatter, torch.Tensor.as_strided_scatter,
+})
+
+
+@torch._dynamo.assume_constant_result
+def known_wrong(func: Any) -> bool:
+    """Whether ``func`` is on ``KNOWN_WRONG`` (a constant under dynamo)."""
+    return func in KNOWN_WRONG
+
+
+def op_name(func: Any) -> str:
+    """A readable name of a torch callable for messages."""
+    qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    module = getattr(func, "__module__", None) or ""
+    return f"{module}.{qual}" if module and not qual.startswith(module) else qual
+
+
+def _placements(args: tuple, kwargs: dict) -> tuple:
+    found = []
+
+    def note(value):
+        if isinstance(value, DTensor):
+            found.append(tuple(value.placements))
+        return value
+
+    tree_map(note, (args, kwargs))
+    return tuple(found)
+
+
+def _refuse_inplace(func: Any, args: tuple, kwargs: dict, why: str) -> None:
+    name = getattr(func, "__name__", "") or ""
+    inplace = (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+    target = args[0] if args else None
+    if "out" in kwargs and kwargs["out"] is not None:
+        inplace, target = True, kwargs["out"]
+    if not inplace:
+        return
+    if isinstance(target, DTensor) and all(isinstance(p, Replicate) for p in target.placements):
+        return  # the full copy is the operand's own storage
+    placements = _placements(args, kwargs)
+    raise UnsupportedOpError(
+        f"{op_name(func)} writes into a sharded operand (placements {placements}) and {why}; "
+        "parity would have to compute on a gathered copy, which is not the operand. Use the "
+        "out-of-place form (e.g. y = x.op(...) instead of x.op_(...)).",
+        op=op_name(func), placements=placements, reason=why,
+    )
+
+
+def run_replicated(func: Any, args: tuple, kwargs: dict, mesh, why: str) -> Any:
+    """``func`` on every rank's full copy of its DTensor operands; tensor
+    results replicated DTensors on ``mesh``. Differentiable. ``why`` (for
+    the in-place refusal) says why the fallback runs."""
+    _refuse_inplace(func, args, kwargs, why)
+
+    def local(value):
+        if isinstance(value, DTensor):
+            value = pending.complete(value)
+            full = S.redistribute_to(value, ((),) * value.ndim)
+            return full.to_local()
+        return value
+
+    out = func(*tree_map(local, args), **tree_map(local, kwargs))
+
+    def wrap(value):
+        if isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
+            return DTensor.from_local(value, mesh, [Replicate()] * mesh.ndim, run_check=False,
+                                      shape=value.shape, stride=value.stride())
+        return value
+
+    return tree_map(wrap, out)
+
+
+def run_implicit(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
+    """``func`` with plain tensors it creates inside treated as replicated
+    (DTensor's ``implicit_replication()``, scoped to this call); where
+    DTensor still refuses, ``run_replicated``."""
+    from parity.torch_impl.semantics import dtensor_errors
+
+    try:
+        with implicit_replication():
+            return func(*args, **kwargs)
+    except (NotImplementedError, RuntimeError) as err:
+        if dtensor_errors.kind(err) is None:
+            raise
+    return run_replicated(func, args, kwargs, mesh, "DTensor cannot run it on these placements")

@@ -1,0 +1,43 @@
+"""Gradients that autograd leaves undefined, made DTensors again.
+
+When an op's gradient is zero or empty for an input (``sgn``, ``sign``,
+``repeat(x, 0)``, max-pool's indices, an integer output), autograd passes
+*no* gradient back. A Python autograd node upstream -- DTensor's
+``redistribute``, which the mode puts in front of every resharded operand
+and every leaf -- then receives a materialized *plain* zero tensor and fails
+with ``AttributeError: ... has no attribute '_local_tensor'``. ``guard(x)``
+inserts a node between the two that turns an undefined gradient into DTensor
+zeros laid out as ``x``, so the gradient still reaches the leaf with the
+leaf's placement.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import zeros as dtensor_zeros
+
+
+class _Guard(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: DTensor) -> DTensor:  # type: ignore[override]
+        ctx.set_materialize_grads(False)
+        ctx.meta = (tuple(x.shape), x.dtype, x.device_mesh, tuple(x.placements))
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        shape, dtype, mesh, placements = ctx.meta
+        if isinstance(grad, DTensor):
+            return grad
+        if grad is None:
+            return dtensor_zeros(shape, dtype=dtype, device_mesh=mesh, placements=placements)
+        # a plain gradient here is the full value on every rank
+        full = DTensor.from_local(grad, mesh, [Replicate()] * mesh.ndim, run_check=False)
+        return full.redistribute(mesh, placements)
+
+
+def guard(x: DTensor) -> DTensor:
+    """``x`` behind a node whose backward never hands a plain or undefined
+    gradient to the nodes above it."""
+    return _Guard.apply(x)

@@ -1,0 +1,169 @@
+"""The op surface under ``jax_semantics()`` (issue 11): every op gives the
+value of the op on the unsharded tensors, and every floating input's
+gradient has that input's placement -- through rules, the fallback
+(``parity.torch_impl.semantics.fallback``) and the gradient guard. Each test
+is a case that plain DTensor (or parity before the fix) gets wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import parity
+from parity import torch_impl as ti
+
+L = parity.TensorLayout
+
+
+@pytest.fixture
+def mesh(sim8):
+    return parity.DeviceMesh((2, 4), ("data", "model"))
+
+
+def host(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def put(array, spec, mesh, grad=False):
+    x = ti.distribute_tensor(np.asarray(array, np.float32), L(spec, mesh))
+    return x.requires_grad_() if grad else x
+
+
+def plain(array, grad=False):
+    return torch.tensor(np.asarray(array, np.float32), requires_grad=grad)
+
+
+def assert_grad_placed(x, expected):
+    assert x.grad is not None
+    assert tuple(x.grad.placements) == tuple(x.placements)
+    np.testing.assert_allclose(ti.to_numpy(x.grad), expected, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------ wrong values
+
+def test_conv1d_over_a_sharded_spatial_dim_gives_the_unsharded_value(mesh):
+    a, w = host((1, 3, 8)), host((3, 3, 3), 1)
+    x = put(a, (None, None, "model"), mesh, grad=True)
+    with ti.jax_semantics():
+        y = F.conv1d(x, put(w, (None, None, None), mesh), stride=2, padding=2)
+        y.sum().backward()
+    ref_x = plain(a, grad=True)
+    ref = F.conv1d(ref_x, plain(w), stride=2, padding=2)
+    ref.sum().backward()
+    np.testing.assert_allclose(ti.to_numpy(y), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert_grad_placed(x, ref_x.grad.numpy())
+
+
+def test_conv2d_keeps_the_batch_dim_sharded(mesh):
+    a, w = host((4, 2, 8, 8)), host((3, 2, 3, 3), 1)
+    with ti.jax_semantics():
+        y = F.conv2d(put(a, ("data", None, "model", None), mesh), put(w, (None,) * 4, mesh))
+    np.testing.assert_allclose(ti.to_numpy(y), F.conv2d(plain(a), plain(w)).numpy(),
+                               rtol=1e-5, atol=1e-5)
+    assert ti.describe(y).spec == (("data",), (), (), ())
+
+
+def test_amax_gradient_when_the_maximum_is_not_in_the_first_shard(mesh):
+    a = np.arange(8, dtype=np.float32)  # the maximum is on the last shard
+    x = put(a, ("data",), mesh, grad=True)
+    with ti.jax_semantics():
+        torch.amax(x, 0).backward()
+    expected = np.zeros(8, np.float32)
+    expected[-1] = 1
+    assert_grad_placed(x, expected)
+
+
+def test_eig_gradient_with_a_sharded_batch_dim_is_not_nan(mesh):
+    a = host((2, 3, 3), 3) + 3 * np.eye(3, dtype=np.float32)
+    x = put(a, ("data", None, None), mesh, grad=True)
+    with ti.jax_semantics():
+        torch.linalg.eigvals(x).abs().sum().backward()
+    ref_x = plain(a, grad=True)
+    torch.linalg.eigvals(ref_x).abs().sum().backward()
+    assert_grad_placed(x, ref_x.grad.numpy())
+
+
+# ------------------------------------------------------------ gradient placement
+
+@pytest.mark.parametrize("prop", ["T", "mT", "H", "mH"])
+def test_transpose_property_gradient_has_the_input_placement(mesh, prop):
+    a = host((4, 8))
+    x = put(a, ("data", "model"), mesh, grad=True)
+    with ti.jax_semantics():
+        y = getattr(x, prop)
+        (y * 2).sum().backward()
+    assert ti.describe(y).spec == (("model",), ("data",))
+    assert_grad_placed(x, np.full((4, 8), 2, np.float32))
+
+
+@pytest.mark.parametrize("op", [torch.sgn, torch.sign, lambda t: t.repeat(0)],
+                         ids=["sgn", "sign", "repeat0"])
+def test_zero_or_empty_gradient_reaches_the_leaf_with_its_placement(mesh, op):
+    x = put(np.arange(8) - 3.0, ("data",), mesh, grad=True)
+    with ti.jax_semantics():
+        op(x).sum().backward()
+    assert_grad_placed(x, np.zeros(8, np.float32))
+
+
+def test_max_pool_with_indices_gradient(mesh):
+    a = host((2, 4, 4, 4))
+    x = put(a, ("data", "model", None, None), mesh, grad=True)
+    with ti.jax_semantics():
+        values, indices = F.max_pool2d(x, 2, return_indices=True)
+        values.sum().backward()
+    ref_x = plain(a, grad=True)
+    ref, ref_indices = F.max_pool2d(ref_x, 2, return_indices=True)
+    ref.sum().backward()
+    np.testing.assert_array_equal(ti.to_numpy(indices), ref_indices.numpy())
+    assert_grad_placed(x, ref_x.grad.numpy())
+
+
+# ------------------------------------------------------------ the fallback
+
+def test_data_dependent_output_size_runs_on_the_gathered_values(mesh):
+    a = np.arange(8, dtype=np.float32) - 3
+    x = put(a, ("data",), mesh, grad=True)
+    with ti.jax_semantics():
+        y = torch.masked_select(x, x > 0)
+        y.sum().backward()
+    np.testing.assert_array_equal(ti.to_numpy(y), a[a > 0])
+    assert_grad_placed(x, (a > 0).astype(np.float32))
+
+
+def test_op_without_a_dtensor_strategy_runs_on_the_gathered_values(mesh):
+    a, src = host((4, 8)), host((4, 8), 1)
+    index = np.random.default_rng(2).integers(0, 4, (4, 8))
+    with ti.jax_semantics():
+        y = put(a, ("data", "model"), mesh).scatter_reduce(
+            0, torch.tensor(index), put(src, ("data", "model"), mesh), "sum")
+    ref = plain(a).scatter_reduce(0, torch.tensor(index), plain(src), "sum")
+    np.testing.assert_allclose(ti.to_numpy(y), ref.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_in_place_op_without_a_strategy_on_a_sharded_operand_is_refused(mesh):
+    x = put(host((4, 8)), ("data", "model"), mesh)
+    index = torch.zeros(4, 8, dtype=torch.long)
+    with ti.jax_semantics(), pytest.raises(parity.UnsupportedOpError, match="scatter_reduce_"):
+        x.scatter_reduce_(0, index, put(host((4, 8), 1), ("data", "model"), mesh), "sum")
+
+
+def test_attention_with_sharded_heads_gives_the_unsharded_value(mesh):
+    q, k, v = host((2, 4, 8, 8), 0), host((2, 4, 8, 8), 1), host((2, 4, 8, 8), 2)
+    spec = ("data", "model", None, None)
+    with ti.jax_semantics():
+        y = F.scaled_dot_product_attention(put(q, spec, mesh), put(k, spec, mesh),
+                                           put(v, spec, mesh))
+    ref = F.scaled_dot_product_attention(plain(q), plain(k), plain(v))
+    np.testing.assert_allclose(ti.to_numpy(y), ref.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_slice_scatter_gradient(mesh):
+    a, b = host((4, 8)), host((4, 4), 1)
+    x = put(a, ("data", "model"), mesh, grad=True)
+    with ti.jax_semantics():
+        torch.slice_scatter(x, put(b, ("data", None), mesh), 1, 0, 4).sum().backward()
+    expected = np.ones((4, 8), np.float32)
+    expected[:, :4] = 0
+    assert_grad_placed(x, expected)

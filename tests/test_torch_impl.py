@@ -445,3 +445,36 @@ def test_a_cached_plan_keeps_mean_of_integers_floating(sim8, mesh24):
     for _ in range(2):
         out = sim8.all_reduce(x, "mean", axis_name="data")
         assert out.dtype == torch.float32 and sim8.to_numpy(out).dtype == np.float32
+
+
+# -- one collective per gather -------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", [(("data", "model"), ()), (("model", "data"), ()),
+                                  (("data",), ("model",)), (("model",), ("data",))])
+@pytest.mark.parametrize("gather", ["to_numpy", "all_gather_variable"])
+def test_gathering_an_array_sharded_over_two_axes_is_one_collective(sim8, mesh24, spec, gather):
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    host = np.arange(64, dtype=np.float32).reshape(8, 8)
+    x = sim8.distribute_tensor(host, parity.TensorLayout.from_spec(spec, mesh24))
+    with CommDebugMode() as comm:
+        out = getattr(sim8, gather)(x)
+    assert comm.get_total_counts() == 1, comm.get_comm_counts()
+    np.testing.assert_array_equal(sim8.to_numpy(out), host)
+
+
+def test_gathering_an_array_sharded_over_two_axes_logs_no_torch_warning(sim8, mesh24, caplog):
+    x = sim8.distribute_tensor(np.ones((8, 8), np.float32),
+                               parity.TensorLayout((("model", "data"), None), mesh24))
+    with caplog.at_level("WARNING"):
+        sim8.to_numpy(x)
+        sim8.all_gather_variable(x)
+    assert not [r for r in caplog.records if r.name.startswith("torch")], caplog.text
+
+
+def test_all_gather_variable_of_a_tensor_that_requires_grad_stays_differentiable(sim8, mesh24):
+    x = sim8.distribute_variable(np.ones((8, 8), np.float32),
+                                 parity.TensorLayout((("data", "model"), None), mesh24))
+    y = sim8.all_gather_variable(x)
+    assert y.requires_grad and sim8.describe(y).spec == ((), ())

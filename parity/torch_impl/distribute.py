@@ -18,6 +18,7 @@ from parity.errors import MeshMismatchError, ParityError
 from parity.layout import TensorLayout
 from parity.torch_impl import devices, meshes, state
 from parity.torch_impl.donation import check_not_donated
+from parity.torch_impl.gather import evenly_sharded, flatten_for, gather_whole
 from parity.torch_impl.torch_compat import rank_map
 from parity.torch_impl.tensors import (
     as_host_tensor,
@@ -26,6 +27,7 @@ from parity.torch_impl.tensors import (
     placements_of,
     require_layout,
     resolve_pending,
+    result_spec,
 )
 
 
@@ -60,7 +62,9 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
                 "to_numpy, then distribute on the new mesh.",
                 first=x.device_mesh, second=torch_mesh,
             )
-        return resolve_pending(x).redistribute(torch_mesh, placements_of(layout))
+        x = resolve_pending(x)
+        flatten_for(x)  # one all_gather, not one per mesh axis, where DTensor can merge
+        return x.redistribute(torch_mesh, placements_of(layout))
     host = as_host_tensor(x)
     layout.check_shape(host.shape)
     shards = layout.shards(host.shape)
@@ -115,9 +119,14 @@ def all_gather_variable(x: Any) -> DTensor:
 
     Raises ``ParityError`` when ``x`` is not a DTensor.
     """
-    x = require_dtensor(x, "all_gather_variable")
-    x = resolve_pending(x)
-    return x.redistribute(x.device_mesh, [Replicate()] * x.device_mesh.ndim)
+    x = resolve_pending(require_dtensor(x, "all_gather_variable"))
+    if (x.requires_grad and torch.is_grad_enabled()) or not evenly_sharded(x):
+        # DTensor's redistribute: differentiable, and it handles uneven blocks.
+        flatten_for(x)
+        return x.redistribute(x.device_mesh, [Replicate()] * x.device_mesh.ndim)
+    whole = gather_whole(x)  # one collective over the flattened group
+    spec = result_spec(x.device_mesh, ((),) * x.ndim, x.shape, x.dtype)
+    return DTensor.__new__(DTensor, whole, spec, requires_grad=False)
 
 
 def require_dtensor(x: Any, what: str) -> DTensor:
@@ -144,7 +153,8 @@ def to_numpy(x: Any) -> np.ndarray:
     """
     if isinstance(x, DTensor):
         check_not_donated(x)
-        full = resolve_pending(x).full_tensor()
+        x = resolve_pending(x)
+        full = gather_whole(x) if evenly_sharded(x) else x.full_tensor()
         x = first_rank_value(full)
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu()

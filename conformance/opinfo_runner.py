@@ -116,7 +116,7 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
     log_path = Path(str(out) + ".log") if out else Path(os.devnull)
     log = open(log_path, "w")
     started = time.monotonic()
-    records: list[dict[str, Any]] = []
+    records = _Journal(Path(str(out) + ".partial.jsonl") if out else None)
     interrupted = False
     request = {"budget": "full" if full else "fast", "meshes": list(meshes),
                "modes": list(modes), "columns": list(columns)}
@@ -144,7 +144,7 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
         log.close()
         if progress:
             print(file=sys.stderr)
-    summary = summarize(records)
+    summary = summarize(list(records))
     report = {"schema": SCHEMA,
               "header": {"torch": _torch_version(), "budget": request["budget"],
                          "meshes": list(meshes), "modes": list(modes),
@@ -152,11 +152,37 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
                          "timeout_s": timeout, "ops": len(keys),
                          "seconds": round(time.monotonic() - started, 1),
                          "interrupted": interrupted},
-              "summary": summary, "totals": totals(summary), "cases": records}
+              "summary": summary, "totals": totals(summary), "cases": list(records)}
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(report, separators=(",", ":")))
+    records.close(remove=bool(out))
     return report
+
+
+class _Journal(list):
+    """The records, each also appended to a JSON-lines file as it arrives, so
+    a run killed outright still leaves what it finished (removed once the
+    report is written)."""
+
+    def __init__(self, path: Path | None) -> None:
+        super().__init__()
+        self.path = path
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(path, "w") if path is not None else None
+
+    def append(self, record: dict) -> None:
+        super().append(record)
+        if self.file is not None:
+            self.file.write(json.dumps(record, default=str) + "\n")
+            self.file.flush()
+
+    def close(self, remove: bool) -> None:
+        if self.file is not None:
+            self.file.close()
+            if remove:
+                self.path.unlink()
 
 
 def _resolve(available: Sequence[str], names: Sequence[str]) -> list[str]:

@@ -180,3 +180,4 @@ def test_runner_times_out_a_hung_case_and_resumes_after_it(monkeypatch, tmp_path
     assert by_index[1]["class"] == "raw-error" and "Timeout" in by_index[1]["reason"]
     assert by_index[2]["class"] == "correct"  # the restarted worker went on
     assert out.exists() and report["totals"]["parity"]["sharded"]["raw-error"] == 1
+    assert not (tmp_path / "opinfo.json.partial.jsonl").exists()  # journal removed

@@ -40,6 +40,7 @@ from conformance.opinfo_check import CLASSES, COLUMNS, MODES
 SCHEMA = "parity-opinfo/1"
 READY_TIMEOUT_S = 300.0
 SETUP_TIMEOUT_S = 180.0  # sample generation and references of one op
+MAX_LOSSES_PER_OP = 3  # timeouts/crashes before the rest of an op is abandoned
 
 
 class _Gone(Exception):
@@ -122,16 +123,26 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
                "modes": list(modes), "columns": list(columns)}
     keys: list[str] = []
     worker: _Worker | None = None
+
+    def on_term(signum, frame):  # SIGTERM (and SIGINT in a background job): finish
+        raise KeyboardInterrupt
+
+    old_handlers = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         worker = _Worker(log)
         keys = worker.ops if not names else _resolve(worker.ops, names)
         keys = keys[:limit] if limit else keys
         for n, key in enumerate(keys):
-            start = 0
+            start, losses = 0, 0
             while start is not None:
                 if worker is None:
                     worker = _Worker(log)
                 worker, start = _run_op(worker, key, start, request, timeout, records)
+                losses += worker is None
+                if losses >= MAX_LOSSES_PER_OP and start is not None:
+                    records.append(_op_error(key, f"abandoned after {losses} timeouts or "
+                                                  f"crashes; its remaining cases did not run"))
+                    break
             if progress:
                 print(f"\r[{n + 1}/{len(keys)}] {len(records)} cases, "
                       f"{time.monotonic() - started:.0f} s  {key[:40]:40}",
@@ -139,6 +150,8 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
         if worker is not None:
             worker.kill()
         log.close()
@@ -225,13 +238,17 @@ def _lost(key: str, current: dict | None, records: list, kind: str, message: str
     """Record the case that timed out or crashed; the index to resume at
     (``None``: the op's setup itself failed, go on with the next op)."""
     if current is None:
-        records.append({"op": key, "sample": None, "mesh": None, "layout": None, "specs": [],
-                        "mode": None, "column": None, "class": "raw-error",
-                        "reason": f"setup: {kind}: {message}", "seconds": 0.0, "shapes": [],
-                        "call": None, "shape_policy": None, "index": None})
+        records.append(_op_error(key, f"setup: {kind}: {message}"))
         return None
     records.append({**current, "class": "raw-error", "reason": f"{kind}: {message}"})
     return current["index"] + 1
+
+
+def _op_error(key: str, reason: str) -> dict[str, Any]:
+    """An op-level ``raw-error`` record (no column: counts in every column)."""
+    return {"op": key, "sample": None, "mesh": None, "layout": None, "specs": [],
+            "mode": None, "column": None, "class": "raw-error", "reason": reason,
+            "seconds": 0.0, "shapes": [], "call": None, "shape_policy": None, "index": None}
 
 
 def totals(summary: dict) -> dict:
@@ -252,8 +269,24 @@ def _torch_version() -> str:
     return importlib.metadata.version("torch")
 
 
+def _exit_with_parent() -> None:
+    """End this worker when the runner that feeds it dies (even by SIGKILL)."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
 def _worker_main() -> int:
     """Serve requests: one op each, one line per case begun and finished."""
+    _exit_with_parent()
     results = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr

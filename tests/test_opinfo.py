@@ -181,3 +181,42 @@ def test_runner_times_out_a_hung_case_and_resumes_after_it(monkeypatch, tmp_path
     assert by_index[2]["class"] == "correct"  # the restarted worker went on
     assert out.exists() and report["totals"]["parity"]["sharded"]["raw-error"] == 1
     assert not (tmp_path / "opinfo.json.partial.jsonl").exists()  # journal removed
+
+
+def test_runner_abandons_an_op_after_repeated_timeouts(monkeypatch):
+    """Every case of the op hangs: after MAX_LOSSES_PER_OP timeouts the rest
+    of the op is recorded as abandoned and the run goes on (no subprocess:
+    a stand-in worker that never answers)."""
+    from conformance import opinfo_runner
+
+    class HangingWorker:
+        ops = ["slow_op", "next_op"]
+
+        def __init__(self, log):
+            self.sent = []
+
+        def send(self, request):
+            self.sent.append(request)
+
+        def read(self, timeout):
+            req = self.sent[-1]
+            if req["op"] == "next_op":
+                return self.sent.pop() and {"done": "next_op"}
+            if not getattr(self, "begun", False):
+                self.begun = True
+                return {"begin": {"op": "slow_op", "sample": 0, "mesh": "2x4", "layout": "first",
+                                  "specs": ["(data,_)"], "mode": "sharded", "column": "parity",
+                                  "class": "skip", "reason": "", "seconds": 0.0, "shapes": [],
+                                  "call": None, "shape_policy": "rescaled",
+                                  "index": req["start"]}}
+            return None  # the case never finishes
+
+        def kill(self):
+            pass
+
+    monkeypatch.setattr(opinfo_runner, "_Worker", HangingWorker)
+    report = opinfo_runner.run_opinfo(["slow_op", "next_op"], timeout=0.01, progress=False)
+    reasons = [r["reason"] for r in report["cases"]]
+    assert sum("Timeout" in r for r in reasons) == opinfo_runner.MAX_LOSSES_PER_OP
+    assert any("abandoned after 3" in r for r in reasons)
+    assert report["header"]["ops"] == 2 and not report["header"]["interrupted"]

@@ -259,14 +259,17 @@ def check_ops(names: Sequence[str] = (), *, budget: Budget = FAST,
 
 
 def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Counts per class: ``{column: {mode: {mesh: {class: n}}}}`` (op-level
-    skips, with no column, count under every column as ``skip``)."""
+    """Counts per class: ``{column: {mode: {mesh: {class: n}}}}``. An
+    op-level record (no column / mode / mesh: a skipped or abandoned op)
+    counts once under every column, mode and mesh the records use."""
     out: dict[str, Any] = {}
-    columns = sorted({r["column"] for r in records if r["column"]}) or list(COLUMNS)
+    columns = [c for c in COLUMNS if any(r["column"] == c for r in records)] or list(COLUMNS)
+    modes = [m for m in MODES if any(r["mode"] == m for r in records)] or list(MODES)
+    meshes = [m for m in MESHES if any(r["mesh"] == m for r in records)] or list(MESHES)
     for r in records:
         for column in ([r["column"]] if r["column"] else columns):
-            for mode in ([r["mode"]] if r["mode"] else MODES):
-                for mesh in ([r["mesh"]] if r["mesh"] else MESHES):
+            for mode in ([r["mode"]] if r["mode"] else modes):
+                for mesh in ([r["mesh"]] if r["mesh"] else meshes):
                     cell = out.setdefault(column, {}).setdefault(mode, {}).setdefault(
                         mesh, {c: 0 for c in CLASSES})
                     cell[r["class"]] += 1

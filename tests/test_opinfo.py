@@ -220,3 +220,19 @@ def test_runner_abandons_an_op_after_repeated_timeouts(monkeypatch):
     assert sum("Timeout" in r for r in reasons) == opinfo_runner.MAX_LOSSES_PER_OP
     assert any("abandoned after 3" in r for r in reasons)
     assert report["header"]["ops"] == 2 and not report["header"]["interrupted"]
+
+
+def test_op_level_records_count_once_per_column_mode_and_mesh_in_use():
+    base = {"op": "x", "sample": 0, "layout": "first", "specs": [], "reason": "",
+            "seconds": 0.0, "shapes": [], "call": None, "shape_policy": None, "index": 0}
+    records = [
+        {**base, "mesh": "2x4", "mode": "sharded", "column": "parity", "class": "correct"},
+        {**base, "mesh": "2x4", "mode": "sharded", "column": "dtensor", "class": "raw-error"},
+        {**base, "op": "y", "mesh": None, "mode": None, "column": None, "class": "skip",
+         "sample": None},
+    ]
+    summary = summarize(records)
+    assert set(summary) == {"parity", "dtensor"}
+    assert summary["parity"]["sharded"] == {"2x4": {**{c: 0 for c in CLASSES},
+                                                   "correct": 1, "skip": 1}}
+    assert summary["dtensor"]["sharded"]["2x4"]["raw-error"] == 1

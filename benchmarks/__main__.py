@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks.common import Row, human_bytes, human_seconds, machine, usable_cpus
 
-FAMILIES = ("collectives", "ops", "memory", "keras", "conformance", "cuda")
+FAMILIES = ("collectives", "ops", "memory", "per_call", "keras", "conformance", "cuda")
 
 FULL = {
     "world": 4, "sizes": [4 << 10, 256 << 10, 4 << 20, 64 << 20], "repeats": 5,
@@ -28,7 +28,7 @@ QUICK = {
     "world": 2, "sizes": [4 << 10], "repeats": 2, "op_iters": 2, "keras_steps": 2,
     "keras_timeout_s": 120, "conformance_cases": 4,
 }
-QUICK_SKIPS = ("collectives", "ops", "keras", "conformance")
+QUICK_SKIPS = ("collectives", "ops", "per_call", "keras", "conformance")
 
 
 def _gloo_rows(cfg: dict, families: set[str]) -> list[Row]:
@@ -76,6 +76,10 @@ def collect(cfg: dict, families: set[str], quick: bool, explicit: set[str] = fro
         from benchmarks import memory
 
         rows += memory.simulated(cfg)
+    if "per_call" in families:
+        from benchmarks import per_call
+
+        rows += per_call.rows(200 if quick else per_call.CALLS)
     for name in ("keras", "conformance"):
         if name not in families:
             continue

@@ -11,6 +11,13 @@ untouched), so each call allocates its output (and all_reduce copies its
 input first). A second, informational row per case times the raw collective
 doing that same allocation (``clone`` + in-place all_reduce; a fresh output
 for the others): the ratio against it is what parity's own code costs.
+
+A third row for ``all_reduce`` calls parity with ``donate=True`` (JAX's
+``donate_argnums``; each call consumes the previous result) against the
+same in-place raw call as the first row: both reduce one buffer in place.
+``all_gather`` and ``reduce_scatter`` take ``donate=True`` too, but their
+output differs in size from the input, so they allocate it regardless (no
+third row: it would equal the first).
 """
 
 from __future__ import annotations
@@ -65,6 +72,11 @@ def on_rank(cfg: dict) -> list[Row]:
             "all_gather": lambda: _all_gather(torch.empty_like(gathered), buf),
             "reduce_scatter": lambda: _reduce_scatter(torch.empty_like(scattered), buf),
         }
+        donor = [ti.distribute_data_input(torch.zeros(n), layout)]
+
+        def donating_all_reduce():  # each result is the next call's (donated) input
+            donor[0] = ti.all_reduce(donor[0], "sum", axis_name="x", donate=True)
+
         repeats = cfg["repeats"] if size < (16 << 20) else 3
         label = f"{human_bytes(size)}/rank x{world} {dist.get_backend()}"
         for name, (mine, raw) in cases.items():
@@ -78,4 +90,11 @@ def on_rank(cfg: dict) -> list[Row]:
             p_med, r_med = rank_max([median(p), median(r)])
             rows.append(Row("collectives", f"{name} {label}, raw allocating its output",
                             p_med, r_med, note="info: parity's own cost"))
+            if name != "all_reduce":
+                continue  # see the module docstring: the others allocate regardless
+            p, r = timed_pairs(donating_all_reduce, raw, iters=iterations(size), repeats=repeats,
+                               before=dist.barrier, sync=sync)
+            p_med, r_med = rank_max([median(p), median(r)])
+            rows.append(Row("collectives", f"{name} {label}, parity donate=True", p_med, r_med,
+                            goal=GOAL, note="vs the raw call in place; input donated"))
     return rows

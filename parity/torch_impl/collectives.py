@@ -32,7 +32,7 @@ from parity.errors import IndivisibleError, ParityError
 from parity.layout import spec_without_axis
 from parity.torch_impl import state
 from parity.torch_impl.distribute import require_dtensor
-from parity.torch_impl.donation import invalidate
+from parity.torch_impl.donation import DonatedTensor, invalidate
 from parity.torch_impl.group_ops import Group, all_gather_block, all_reduce_block
 from parity.torch_impl.group_ops import reduce_scatter_block
 from parity.torch_impl.meshes import mesh_axis_names
@@ -43,12 +43,19 @@ from parity.torch_impl.tensors import spec_of
 class _Plan:
     """What one (input spec, collective, op, axis name, axis) needs per call."""
 
-    __slots__ = ("pending", "group", "axis", "to_float", "out_spec")
+    __slots__ = ("pending", "group", "axis", "to_float", "out_spec", "kind", "marker")
 
     def __init__(self, pending: bool, group: Group | None = None, axis: int = 0,
-                 to_float: bool = False, out_spec: Any = None) -> None:
+                 to_float: bool = False, out_spec: Any = None, kind: str = "") -> None:
         self.pending, self.group, self.axis = pending, group, axis
-        self.to_float, self.out_spec = to_float, out_spec
+        self.to_float, self.out_spec, self.kind = to_float, out_spec, kind
+        self.marker: DonatedTensor | None = None
+
+    def donate(self, x: DTensor) -> None:
+        """Invalidate ``x``, donated to this collective."""
+        if self.marker is None:
+            self.marker = DonatedTensor(x._local_tensor, self.kind)
+        invalidate(x, self.marker)
 
 
 # Keyed on the torch mesh's identity besides the (value-compared) spec: the
@@ -89,7 +96,7 @@ def _build_plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _P
         local[axis] //= group.size
     shape = global_shape_from_local(local, out_spec, tuple(mesh.shape), names)
     dtype = torch.float32 if to_float else x.dtype  # lax.pmean of integers is float32
-    return _Plan(False, group, axis, to_float, result_spec(mesh, out_spec, shape, dtype))
+    return _Plan(False, group, axis, to_float, result_spec(mesh, out_spec, shape, dtype), kind)
 
 
 def _plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
@@ -146,7 +153,7 @@ def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None, *,
         local = local.to(torch.float32)
     out = all_reduce_block(local, op, plan.group, in_place=donate)
     if donate:
-        invalidate(x, "all_reduce")
+        plan.donate(x)
     return _result(out, plan)
 
 
@@ -162,7 +169,7 @@ def all_gather(x: Any, axis: int, axis_name: str, *, donate: bool = False) -> DT
     x, plan = _prepare(x, "all_gather", "sum", axis_name, axis)
     out = all_gather_block(x._local_tensor, plan.axis, plan.group)
     if donate:
-        invalidate(x, "all_gather")
+        plan.donate(x)
     return _result(out, plan)
 
 
@@ -183,5 +190,5 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
         local = local.to(torch.float32)
     out = reduce_scatter_block(local, op, plan.axis, plan.group)
     if donate:
-        invalidate(x, "reduce_scatter")
+        plan.donate(x)
     return _result(out, plan)

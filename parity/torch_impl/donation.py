@@ -52,9 +52,11 @@ def _donated_to(args: Any) -> str:
     return "a collective"
 
 
-def invalidate(x: DTensor, what: str) -> None:
-    """Mark ``x`` donated to ``what``: every later use of it raises."""
-    x._local_tensor = DonatedTensor(x._local_tensor, what)
+def invalidate(x: DTensor, marker: DonatedTensor) -> None:
+    """Mark ``x`` donated: its local tensor becomes ``marker`` (a
+    ``DonatedTensor`` of its local shape and dtype; being immutable, one
+    marker serves every tensor of that shape), so every later use raises."""
+    x._local_tensor = marker
 
 
 def check_not_donated(x: DTensor) -> None:

@@ -168,7 +168,7 @@ def load_selected_cases(args) -> list:
         if dup:
             raise UsageError(f"case ids repeat across the --cases files: {dup[:5]}")
     else:
-        cases = default_cases()
+        cases = default_cases(args.op)
     mesh_tag = "x".join(str(s) for s in default_mesh[0]) if default_mesh else None
     selected = select(cases, args.op, args.pattern, mesh_tag, args.limit)
     if not selected:
@@ -319,13 +319,15 @@ def cmd_ops(args) -> int:
                            "tolerance": o.tol, "grad": o.grad} for o in OPS.values()], indent=1))
         return 0
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"op catalogue ({len(OPS)} ops)")
     for col in ("op", "group", "JAX", "torch", "tol", "grad"):
         table.add_column(col, overflow="fold")
-    for o in OPS.values():
-        table.add_row(o.name, o.group, o.jax, o.torch, o.tol, "yes" if o.grad else "")
+    for o in OPS.values():  # escape: "[a, b]" in an expression is not rich markup
+        table.add_row(*(escape(t) for t in (o.name, o.group, o.jax, o.torch, o.tol)),
+                      "yes" if o.grad else "")
     Console(width=max(160, Console().width)).print(table)
     return 0
 
@@ -337,7 +339,10 @@ def cmd_conformance(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # --help (0) or a bad argument (2, one line said)
+        return int(done.code or 0)
     try:
         return {"run": cmd_run, "compare": cmd_compare, "conformance": cmd_conformance,
                 "ops": cmd_ops}[args.command](args)

@@ -120,13 +120,37 @@ def load_report(path: str | Path) -> dict[str, Any]:
     Raises ``ValueError`` naming the file when neither exists or the schema
     is not ``parity.report/1``.
     """
-    path = Path(path)
-    if path.exists():
-        report = json.loads(path.read_text(encoding="utf-8"))
-    elif Path(str(path) + ".partial").exists():
-        report = read_journal(str(path) + ".partial")
-    else:
-        raise ValueError(f"{path}: no such report (nor {path}.partial)")
+    report = load_json(path, partial=True)
     if report.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: schema is {report.get('schema')!r}, expected {SCHEMA!r}")
+        raise ValueError(f"{path}: not a semantics report: expected \"schema\": {SCHEMA!r}, "
+                         f"found {_what(report)}")
     return report
+
+
+def load_json(path: str | Path, partial: bool = False) -> dict[str, Any]:
+    """A JSON object from ``path`` (or, with ``partial``, the journal of an
+    unfinished run). Raises ``ValueError`` naming the file for a missing or
+    unreadable file, text that is not JSON, or JSON that is not an object."""
+    path = Path(path)
+    try:
+        if partial and not path.exists() and Path(str(path) + ".partial").exists():
+            return read_journal(str(path) + ".partial")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such report" + (f" (nor {path}.partial)" if partial
+                                                       else "")) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot read it: {err}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a report: a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _what(data: dict[str, Any]) -> str:
+    if "schema" in data:
+        return f"{data['schema']!r}"
+    if "cases" in data:
+        return "no schema (a case file? `parity run --cases` reads those)"
+    return "no schema"

@@ -103,7 +103,7 @@ def _failure(case: Case, kind: str, message: str, device: str) -> dict[str, Any]
 
 
 def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool = False,
-              device: str = "cpu", timeout: float = 60.0, progress: bool = True,
+              device: str = "cpu", timeout: float = 60.0, progress: bool | str | None = "bar",
               on_case: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """Run ``cases`` on ``backend`` and write the report ``out``.
 
@@ -188,11 +188,17 @@ def case_fields(case: Case) -> dict[str, Any]:
 
 
 class _progress:
-    """A rich progress bar on a terminal; nothing otherwise."""
+    """``progress="bar"``: a rich progress bar (a terminal); ``"lines"``: one
+    line every ``PARITY_PROGRESS_EVERY_S`` seconds (default 30) with
+    done/total, elapsed and ETA (logs, CI); anything else: silent."""
 
-    def __init__(self, enabled: bool, total: int, column: str) -> None:
+    def __init__(self, enabled: bool | str, total: int, column: str) -> None:
         self.bar = None
-        if not enabled:
+        self.lines = enabled == "lines"
+        self.total, self.column, self.done = total, column, 0
+        self.started = self.last = time.monotonic()
+        self.every = float(os.environ.get("PARITY_PROGRESS_EVERY_S", "30"))
+        if enabled is not True and enabled != "bar":
             return
         from rich.console import Console
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
@@ -208,6 +214,14 @@ class _progress:
         self.bar.start()
 
     def advance(self, entry: dict) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if self.lines and now - self.last >= self.every:
+            self.last = now
+            elapsed = now - self.started
+            eta = elapsed * (self.total - self.done) / self.done
+            print(f"{self.column}: {self.done}/{self.total} cases, {elapsed:.0f} s elapsed, "
+                  f"ETA {eta:.0f} s", file=sys.stderr, flush=True)
         if self.bar is None:
             return
         self.errors += entry["status"] != "ok"

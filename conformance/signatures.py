@@ -66,6 +66,8 @@ class Kwarg:
         for kind in self.types:
             if kind == "integer list":
                 alternatives.append({"type": "array", "items": {"type": "integer"}})
+            elif kind == "list":
+                alternatives.append({"type": "array"})
             elif kind == "mesh axis name":
                 alternatives.append({"type": "string", "minLength": 1})
             else:
@@ -107,10 +109,14 @@ def _kind(name: str, value: Any) -> str:
         return "number"
     if isinstance(value, str):
         return "string"
-    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool)
-                                       for v in value):
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                for v in value):
         return "integer list"
-    raise TypeError(f"catalogue kwarg {name}={value!r}: no JSON type for it")
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if isinstance(value, dict):
+        return "object"
+    raise TypeError(f"catalogue kwarg {name}={value!r}: a case file cannot give it (not JSON)")
 
 
 def _reduction_choices() -> tuple[str, ...]:

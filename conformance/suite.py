@@ -7,11 +7,14 @@ the comparisons (JSON, Markdown, one HTML page) and a summary table.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+PROGRESS_EVERY_S = float(os.environ.get("PARITY_PROGRESS_EVERY_S", "30"))
 COLUMNS = {  # name -> (report file, parity run arguments)
     "jax": ("jax.json", ["--backend", "jax"]),
     "torch": ("torch.json", ["--backend", "torch"]),
@@ -49,15 +52,30 @@ def _journal_count(path: Path) -> int:
 
 
 def run_suite(args) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    """``parity conformance``; SIGTERM stops it like Ctrl-C (exit 130)."""
 
-    from conformance.cli import load_selected_cases, print_summary, write_comparison
+    def on_term(signum, frame):  # SIGTERM: stop like Ctrl-C
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return _run_suite(args)
+    except KeyboardInterrupt:  # before the three runs started: nothing to keep
+        print("parity conformance: interrupted before any case ran", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+
+
+def _run_suite(args) -> int:
+    from rich.console import Console
+
+    from conformance.cli import check_writable, load_selected_cases, print_summary, write_comparison
     from conformance.compare import compare_reports
     from conformance.report import load_report
 
     out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_writable(out_dir / "summary.json", "--out-dir")
     total = len(load_selected_cases(args))
     console = Console(stderr=True)
     started = time.monotonic()
@@ -69,22 +87,26 @@ def run_suite(args) -> int:
                "--quiet", *_selection_args(args)]
         procs[name] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True), path)
-    with Progress(TextColumn("[bold]{task.description:10}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=False,
-                  disable=not console.is_terminal) as bar:
-        tasks = {name: bar.add_task(name, total=total) for name in procs}
-        while any(p.poll() is None for p, _ in procs.values()):
-            for name, (proc, path) in procs.items():
-                n = _journal_count(path)
-                bar.update(tasks[name], completed=total if n < 0 or proc.poll() is not None else n)
-            time.sleep(0.5)
-        for name in procs:
-            bar.update(tasks[name], completed=total)
+    interrupted = False
+    try:
+        _watch(procs, total, console)
+    except KeyboardInterrupt:
+        interrupted = True
+        console.print("[yellow]interrupted: stopping the three runs; what finished is kept")
+        for proc, _ in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # parity run writes its report, exits 130
+        for proc, _ in procs.values():
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     failed = False
     for name, (proc, path) in procs.items():
         output = proc.stdout.read().strip()
         console.print(f"[bold]{name}[/]: {output.splitlines()[-1] if output else ''}")
-        if proc.returncode != 0:
+        if proc.returncode != 0 and not (interrupted and proc.returncode in (130, -2)):
             failed = True
             console.print(f"[red]parity run for {name} exited with {proc.returncode}[/]\n{output[-3000:]}")
     wall = time.monotonic() - started
@@ -94,6 +116,7 @@ def run_suite(args) -> int:
     comparisons = {}
     for name, label in (("torch-raw", "raw DTensor"), ("torch", "parity")):
         comparison = compare_reports(ref, load_report(out_dir / COLUMNS[name][0]))
+        comparison["interrupted"] = interrupted
         stem = "raw-vs-jax" if name == "torch-raw" else "parity-vs-jax"
         write_comparison(comparison, out_dir / f"{stem}.json", out_dir / f"{stem}.md",
                          title=f"{label} against JAX")
@@ -110,6 +133,45 @@ def run_suite(args) -> int:
     Console().print(f"{total} cases per column; wall time {wall:.0f} s (worker CPU s: "
                     + ", ".join(f"{k} {v}" for k, v in cpu.items()) + f"); reports in {out_dir}/ "
                     f"(report.html, parity-vs-jax.md, raw-vs-jax.md)")
+    if interrupted:
+        console.print(f"[yellow]interrupted after {wall:.0f} s: the reports, comparisons and "
+                      f"report.html in {out_dir}/ hold the cases that finished")
+        return 130
     if args.strict and not comparisons["parity"]["ok"]:
         return 1
     return 1 if failed else 0
+
+
+def _watch(procs: dict, total: int, console) -> None:
+    """Wait for the three runs: a progress bar with ETA on a terminal, else
+    one line every ``PROGRESS_EVERY_S`` seconds (done/total, elapsed, ETA)."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    started = last_line = time.monotonic()
+    with Progress(TextColumn("[bold]{task.description:10}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
+                  disable=not console.is_terminal) as bar:
+        tasks = {name: bar.add_task(name, total=total) for name in procs}
+        while any(p.poll() is None for p, _ in procs.values()):
+            done = {}
+            for name, (proc, path) in procs.items():
+                n = _journal_count(path)
+                done[name] = total if n < 0 or proc.poll() is not None else n
+                bar.update(tasks[name], completed=done[name])
+            now = time.monotonic()
+            if not console.is_terminal and now - last_line >= PROGRESS_EVERY_S:
+                last_line = now
+                print(progress_line(done, total, now - started), file=sys.stderr, flush=True)
+            time.sleep(0.5)
+        for name in procs:
+            bar.update(tasks[name], completed=total)
+
+
+def progress_line(done: dict[str, int], total: int, elapsed: float) -> str:
+    """``conformance: jax 400/1686, torch 350/1686, ... ; 120 s elapsed, ETA 460 s``
+    (the ETA of the slowest column at its rate so far)."""
+    slowest = min(done.values()) if done else 0
+    eta = "ETA unknown" if slowest == 0 else f"ETA {elapsed * (total - slowest) / slowest:.0f} s"
+    cols = ", ".join(f"{name} {n}/{total}" for name, n in done.items())
+    return f"conformance: {cols}; {elapsed:.0f} s elapsed, {eta}"

@@ -137,3 +137,11 @@ def test_every_default_case_fits_its_op(cases):
             seen.add(key)
             check_fit(data)
     assert len(seen) > len(OPS)
+
+
+def test_parity_ops_prints_expressions_with_brackets_intact(capsys):
+    from parity.cli import main
+
+    assert main(["ops"]) == 0
+    out = capsys.readouterr().out
+    assert "jnp.concatenate([a, b], axis=axis)" in out

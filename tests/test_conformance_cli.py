@@ -1,0 +1,136 @@
+"""The ``parity`` command line: one clear line and exit 2 for each misuse,
+exit codes in --help, compare's refusals and warnings, semantics diffs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance.compare import compare_reports
+from conformance.diff import diff_comparisons, summary_line
+from parity.cli import main
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--limit", "0"], "--limit: 0 must be at least 1"),
+    (["--timeout", "-1"], "--timeout: -1 must be more than 0 seconds"),
+    (["--mesh", "2by4"], "--mesh '2by4' is not a mesh shape"),
+    (["--op", "matmull"], "--op 'matmull' is not in the catalogue"),
+    (["--mesh", "3x3"], "the selection (--mesh 3x3) matches none of the"),
+    (["-k", "zzz"], "the selection (-k 'zzz') matches none of the"),
+    (["--op", "matmul", "-k", "zzz"], "the selection (--op matmul -k 'zzz') matches none"),
+])
+def test_a_bad_run_argument_gives_one_line_naming_it_and_exit_2(argv, says, tmp_path, capsys):
+    assert main(["run", "--backend", "jax", "--out", str(tmp_path / "r.json"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_an_unwritable_out_gives_one_line_naming_it(capsys):
+    assert main(["run", "--backend", "jax", "--op", "neg", "--out", "/proc/x/r.json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--out '/proc/x/r.json' cannot be written" in err and len(err.splitlines()) == 1
+
+
+def test_help_documents_the_exit_codes(capsys):
+    for command in ("run", "compare", "conformance"):
+        assert main([command, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "exit status" in out and "130" in out and "2 " in out
+
+
+def test_compare_names_a_file_that_is_not_json(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["compare", str(bad), str(bad)]) == 2
+    assert f"{bad}: not JSON" in capsys.readouterr().err
+
+
+def test_compare_refuses_a_case_file_naming_the_schema_it_expected(tmp_path, capsys):
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps({"cases": []}))
+    assert main(["compare", str(cases), str(cases)]) == 2
+    err = capsys.readouterr().err
+    assert "not a semantics report: expected \"schema\": 'parity.report/1'" in err
+    assert "a case file?" in err
+
+
+def _report(backend, *ids, error=None):
+    cases = [{"id": i, "op": "neg", "status": "error" if error else "ok",
+              "error": {"category": error, "type": "X", "message": "m"} if error else None,
+              "outputs": [], "grads": []} for i in ids]
+    return {"schema": "parity.report/1", "backend": backend, "column": backend, "cases": cases}
+
+
+def test_compare_warns_when_the_reference_is_not_jax(tmp_path, capsys):
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(_report("torch", "x")))
+    assert main(["compare", str(a), str(a)]) == 0
+    assert "not the JAX reference" in capsys.readouterr().err
+
+
+def test_compare_says_when_the_case_sets_do_not_overlap(tmp_path, capsys):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(_report("jax", "x", "y")))
+    b.write_text(json.dumps(_report("torch", "z")))
+    assert main(["compare", str(a), str(b)]) == 1
+    assert "share no case id" in capsys.readouterr().err
+
+
+def test_a_semantics_diff_names_fixed_regressed_and_exits_1_on_a_regression(tmp_path, capsys):
+    ref = _report("jax", "a", "b")
+    ref["cases"][1] = {**ref["cases"][1], "status": "error",
+                       "error": {"category": "indivisible", "type": "X", "message": "m"}}
+    old = compare_reports(ref, _report("torch", "a", "b", error="indivisible"))
+    new = compare_reports(ref, _report("torch", "a", "b"))
+    diff = diff_comparisons(old, new)
+    changes = {r["id"]: r["change"] for r in diff["cases"]}
+    assert changes == {"a": "fixed", "b": "regressed"}
+    assert "1 fixed, 1 regressed" in summary_line(diff) and not diff["ok"]
+    paths = [tmp_path / "old.json", tmp_path / "new.json"]
+    for path, comp in zip(paths, (old, new)):
+        path.write_text(json.dumps(comp))
+    assert main(["compare", *map(str, paths)]) == 1
+    assert "semantics diff" in capsys.readouterr().out
+    assert main(["compare", *map(str, paths[::-1])]) == 1  # b regressed the other way round
+
+
+def test_a_placement_that_moves_while_both_hold_is_reported():
+    def comp(spec):
+        return {"reference": {}, "candidate": {}, "cases": [
+            {"id": "a", "verdict": "match", "reason": "",
+             "reference": {"outputs": [{"spec": spec}], "grads": []},
+             "candidate": {"outputs": [{"spec": spec}], "grads": []}}]}
+
+    diff = diff_comparisons(comp([["x"], []]), comp([[], []]))
+    assert diff["cases"][0]["change"] == "placement moved" and diff["ok"]
+
+
+@pytest.mark.slow
+def test_sigterm_in_conformance_keeps_finished_cases_and_writes_comparison_and_html(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "reports"
+    proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "conformance", "--op", "neg",
+                             "--op", "exp", "--out-dir", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    journals = [out / f"{name}.json.partial" for name in ("jax", "torch", "torch-raw")]
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if all(p.exists() and len(p.read_text().splitlines()) >= 3 for p in journals):
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()[0]
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, output
+    comparison = json.loads((out / "parity-vs-jax.json").read_text())
+    assert comparison["interrupted"] is True and comparison["total"] >= 1
+    assert (out / "report.html").exists() and "interrupted" in output

@@ -17,6 +17,7 @@ attributes, never the message.
 |                          |                      | ``reason``                    |
 | ``LostRankError``        | ``other``            | ``rank`` (the lost peer)      |
 | ``DonatedArrayError``    | ``other``            | ``what`` (the call it went to)|
+| ``KerasInstallError``    | ``other``            | ``keras_version``, ``module`` |
 | ``ParityError`` (other)  | ``other``            | --                            |
 """
 
@@ -108,6 +109,18 @@ class DonatedArrayError(ParityError):
     def __init__(self, message: str, *, what: str) -> None:
         super().__init__(message)
         self.what = what
+
+
+class KerasInstallError(ParityError):
+    """``install_keras()`` could not install parity into this Keras: a module
+    it patches was not found under any known name (``module``: the names
+    tried), or the Keras backend is not torch. Nothing stays patched.
+    ``keras_version`` names the Keras that was found."""
+
+    def __init__(self, message: str, *, keras_version: str, module: str | None = None) -> None:
+        super().__init__(message)
+        self.keras_version = keras_version
+        self.module = module
 
 
 CATEGORIES = ("indivisible", "invalid-layout", "ambiguous-sharding", "unsupported", "other")

@@ -2,8 +2,8 @@
 ``keras/src/backend/jax/`` has and ``keras/src/backend/torch/`` lacks, one
 module each.
 
-* ``install`` -- ``install_keras()``: points Keras at
-  the modules below and patches its torch classes.
+* ``install`` -- ``install_keras()`` / ``uninstall_keras()``: points Keras at
+  the modules below and patches its torch classes (all or nothing).
 * ``distribution_lib`` -- the backend ``distribution_lib`` (as
   ``keras/src/backend/jax/distribution_lib.py``).
 * ``variables`` -- DTensor-backed Keras variables (as ``JaxVariable``).

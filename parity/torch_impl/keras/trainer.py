@@ -111,9 +111,7 @@ def data_layouts(distribution, data):
 
 
 def _make_iterator_class():
-    from keras.src.backend.torch import trainer as torch_trainer
-
-    base = _ORIGINAL.setdefault("TorchEpochIterator", torch_trainer.TorchEpochIterator)
+    base = _ORIGINAL["TorchEpochIterator"]
 
     class DistributedTorchEpochIterator(base):
         """``TorchEpochIterator`` that distributes each batch when a
@@ -253,34 +251,56 @@ def _configure_async_dispatch(self, callbacks):
         self._async_train = self._async_test = self._async_predict = False
 
 
-def install() -> None:
-    from keras.src.backend.torch import trainer as torch_trainer
-    from keras.src.layers import layer as layer_module
+def _initialize_ddp(self):
+    """keras-nightly wraps the model in ``DistributedDataParallel`` under a
+    ``DataParallel`` on initialized ranks; with parity the variables are
+    replicated DTensors whose gradients DTensor already reduces, so no
+    wrapper under a distribution (Keras's own path without one)."""
+    if _distribution() is not None:
+        return None
+    return _ORIGINAL["_initialize_ddp"](self)
 
-    if "installed" in _ORIGINAL:
-        return
-    cls = torch_trainer.TorchTrainer
+
+def patches(keras) -> list[tuple]:
+    """``(owner, attribute, replacement)`` for the trainer hooks, on the
+    Keras modules ``keras`` (``install.KerasModules``); the originals they
+    call are recorded in ``_ORIGINAL``. The trainer class is the one
+    ``keras.Model`` inherits (``TorchTrainer`` in 3.15, ``Trainer`` in
+    keras-nightly); its compile switch is ``_should_torch_compile`` or
+    ``_use_torch_compile``."""
+    cls = keras.model.Trainer
+    found = []
     for name in ("make_train_function", "make_test_function", "make_predict_function",
-                 "train_on_batch", "test_on_batch", "predict_on_batch",
-                 "fit", "evaluate", "predict", "_should_torch_compile"):
+                 "train_on_batch", "test_on_batch", "predict_on_batch", "fit", "evaluate",
+                 "predict"):
         _ORIGINAL[name] = getattr(cls, name)
-    cls._should_torch_compile = _should_torch_compile
+    compile_switch = next((n for n in ("_should_torch_compile", "_use_torch_compile")
+                           if hasattr(cls, n)), None)
+    if compile_switch is None:
+        from parity.errors import KerasInstallError
+
+        raise KerasInstallError(
+            f"install_keras(): the torch trainer of Keras {keras.version} has neither "
+            "_should_torch_compile nor _use_torch_compile. Nothing was patched.",
+            keras_version=keras.version, module=keras.trainer.__name__,
+        )
+    _ORIGINAL["_should_torch_compile"] = getattr(cls, compile_switch)
+    found.append((cls, compile_switch, _should_torch_compile))
+    if hasattr(cls, "_initialize_ddp"):
+        _ORIGINAL["_initialize_ddp"] = cls._initialize_ddp
+        found.append((cls, "_initialize_ddp", _initialize_ddp))
     for name in ("make_train_function", "make_test_function", "make_predict_function"):
-        setattr(cls, name, _wrap_make(name))
-    cls.train_on_batch = _train_on_batch
-    cls.test_on_batch = _test_on_batch
-    cls.predict_on_batch = _predict_on_batch
-    for name in ("fit", "evaluate", "predict"):
-        setattr(cls, name, _in_mixing(_ORIGINAL[name]))
-    torch_trainer.TorchEpochIterator = _make_iterator_class()
-    from keras.src.backend.torch import nn as torch_nn
-    from keras.src.callbacks.callback_list import CallbackList
-
-    _ORIGINAL["_configure_async_dispatch"] = CallbackList._configure_async_dispatch
-    CallbackList._configure_async_dispatch = _configure_async_dispatch
-
-    _ORIGINAL["dot_product_attention"] = torch_nn.dot_product_attention
-    torch_nn.dot_product_attention = _wrap_dot_product_attention(torch_nn.dot_product_attention)
-    _ORIGINAL["Layer.__call__"] = layer_module.Layer.__call__
-    layer_module.Layer.__call__ = _in_mixing(layer_module.Layer.__call__)
-    _ORIGINAL["installed"] = True
+        found.append((cls, name, _wrap_make(name)))
+    found += [(cls, "train_on_batch", _train_on_batch), (cls, "test_on_batch", _test_on_batch),
+              (cls, "predict_on_batch", _predict_on_batch)]
+    found += [(cls, name, _in_mixing(_ORIGINAL[name])) for name in ("fit", "evaluate", "predict")]
+    _ORIGINAL["TorchEpochIterator"] = keras.trainer.TorchEpochIterator
+    found.append((keras.trainer, "TorchEpochIterator", _make_iterator_class()))
+    callbacks = keras.callback_list.CallbackList
+    _ORIGINAL["_configure_async_dispatch"] = callbacks._configure_async_dispatch
+    found.append((callbacks, "_configure_async_dispatch", _configure_async_dispatch))
+    found.append((keras.nn, "dot_product_attention",
+                  _wrap_dot_product_attention(keras.nn.dot_product_attention)))
+    layer = keras.layer.Layer
+    found.append((layer, "__call__", _in_mixing(layer.__call__)))
+    return found

@@ -1,6 +1,7 @@
 """DTensor-backed Keras variables on torch (hooks H5, H9, H11).
 
-``install()`` replaces methods of ``keras.src.backend.torch.core.Variable``
+``patches()`` lists the methods of the torch backend's ``Variable``
+(``keras.src.backend.torch.core`` or, in keras-nightly, ``...torch.ops.core``)
 (every Keras variable class on torch inherits them) and the torch backend's
 ``convert_to_numpy``:
 
@@ -64,13 +65,11 @@ def _initialize(self, value):
                 return _ORIGINAL["_initialize"](self, value)
             # Keras's torch Variable asks integer values for gradients (an
             # error); JAX keeps them. A plain Parameter without grad.
-            from keras.src.backend.torch.core import get_device
-
+            get_device = _ORIGINAL["core"].get_device
             tensor = self._convert_to_tensor(value, dtype=self._dtype)
             self._value = torch.nn.Parameter(tensor, requires_grad=False).to(get_device())
             return None
-    from keras.src.backend.torch.core import to_torch_dtype
-
+    to_torch_dtype = _ORIGINAL["core"].to_torch_dtype
     if not isinstance(value, DTensor):
         with _no_local_mode():
             value = kdl._host_value(value)
@@ -126,15 +125,17 @@ def convert_to_numpy(x):
     return _ORIGINAL["convert_to_numpy"](x)
 
 
-def _rebind(original, replacement) -> None:
-    """Point every ``keras.src.*`` module attribute that is ``original`` at
-    ``replacement`` (star imports copied the reference)."""
+def _rebinding(original, replacement) -> list[tuple]:
+    """``(module, attribute, replacement)`` for every ``keras.*`` module
+    attribute that is ``original`` (star imports copied the reference)."""
+    found = []
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "keras" or name.startswith("keras.")):
             continue
         for attr, value in list(vars(module).items()):
             if value is original:
-                setattr(module, attr, replacement)
+                found.append((module, attr, replacement))
+    return found
 
 
 # Methods of KerasVariable that compute with the value: run them where plain
@@ -151,26 +152,26 @@ _MIXING_METHODS = (
 )
 
 
-def install() -> None:
-    from keras.src.backend.common.variables import Variable as KerasVariable
-    from keras.src.backend.torch import core
-
+def patches(keras) -> list[tuple]:
+    """``(owner, attribute, replacement)`` for the variable hooks, on the
+    Keras modules ``keras`` (``install.KerasModules``); the originals they
+    call are recorded in ``_ORIGINAL``."""
     from parity.torch_impl.keras.trainer import _in_mixing
 
-    if _ORIGINAL:
-        return
+    KerasVariable = keras.variables.Variable
+    found = []
     for name in _MIXING_METHODS:
         original = KerasVariable.__dict__.get(name)
         if original is not None:
-            _ORIGINAL["KerasVariable." + name] = original
-            setattr(KerasVariable, name, _in_mixing(original))
-    cls = core.Variable
+            found.append((KerasVariable, name, _in_mixing(original)))
+    cls = keras.core.Variable
+    _ORIGINAL["core"] = keras.core
     _ORIGINAL["_initialize"] = cls._initialize
-    _ORIGINAL["_direct_assign"] = cls._direct_assign
-    _ORIGINAL["_initialize_with_initializer"] = cls._initialize_with_initializer
-    _ORIGINAL["convert_to_numpy"] = core.convert_to_numpy
-    cls._initialize = _initialize
-    cls._direct_assign = _direct_assign
-    cls._initialize_with_initializer = _initialize_with_initializer
-    cls._initialize_layout = _initialize_layout
-    _rebind(_ORIGINAL["convert_to_numpy"], convert_to_numpy)
+    _ORIGINAL["convert_to_numpy"] = keras.core.convert_to_numpy
+    found += [
+        (cls, "_initialize", _initialize),
+        (cls, "_direct_assign", _direct_assign),
+        (cls, "_initialize_with_initializer", _initialize_with_initializer),
+        (cls, "_initialize_layout", _initialize_layout),
+    ]
+    return found + _rebinding(keras.core.convert_to_numpy, convert_to_numpy)

@@ -70,7 +70,14 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
                type(t).__name__ == "_StridedShard" for p, t in zip(current, target)):
             x = x.redistribute(mesh, [Replicate() if isinstance(p, Partial) else p
                                       for p in current])
-    return x.redistribute(mesh, target)
+    out = x.redistribute(mesh, target)
+    if any(isinstance(p, Partial) and p.reduce_op != "sum" for p in current):
+        # A pending mean (a mean over a sharded dim): DTensor's backward
+        # cannot turn a pending-sum gradient into Partial("avg") ("from one
+        # partial type (P(sum)) to another (P(avg)) is unsupported"); this
+        # same-placement node lays the gradient out as ``target`` first.
+        out = out.redistribute(mesh, target)
+    return out
 
 
 def describable(x: DTensor) -> bool:

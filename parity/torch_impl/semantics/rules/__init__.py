@@ -43,6 +43,7 @@ reduction completed.
 from parity.torch_impl.semantics.rules import (  # noqa: F401 - registers the families
     contractions,
     elementwise,
+    embedding,
     indexing,
     layers,
     reductions,

@@ -1,0 +1,143 @@
+"""keras-hub as published (issue 12, point 1): every keras-hub 0.32.0
+backbone with ``get_layout_map`` (Gemma, Llama, Llama3, Qwen, Qwen2,
+QwenMoe, Qwen3-MoE), as a tiny random CausalLM, plus a BERT classifier with
+a hand-written Megatron map, on (2, 4) and (1, 8) ``("batch", "model")``
+meshes: ``fit`` / ``evaluate`` / ``predict`` under torch + parity equal the
+JAX backend from the same initial weights (``set_weights``), and every
+variable is physically sharded as its layout says. One model also runs under
+torchrun on 4 gloo ranks.
+
+keras-hub pulls TensorFlow, so these tests live in their own venv
+(``scripts/keras_hub_env.sh`` makes ``.venv-hub``) and their own marked group:
+
+    .venv-hub/bin/python -m pytest -m keras_hub tests/test_keras_hub.py
+
+Without keras_hub installed they are skipped. The driver is
+``tests/keras_support/hub_driver.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [
+    pytest.mark.keras_hub,
+    pytest.mark.skipif(
+        any(importlib.util.find_spec(m) is None for m in ("keras_hub", "keras", "jax", "torch")),
+        reason="needs keras-hub (scripts/keras_hub_env.sh makes .venv-hub)",
+    ),
+    pytest.mark.timeout(3600),
+]
+ROOT = Path(__file__).resolve().parents[1]
+DRIVER = ROOT / "tests" / "keras_support" / "hub_driver.py"
+MODELS = ["gemma", "llama", "llama3", "qwen", "qwen2", "qwen_moe", "qwen3_moe", "bert"]
+CONFIGS = [f"{m}:{mesh}" for m in MODELS for mesh in ("2x4", "1x8")]
+LOSS_RTOL = 1e-5
+WEIGHT_ATOL = 1e-4
+STEPS = "2"
+
+
+def launch(backend: str, configs, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    return subprocess.Popen(
+        [sys.executable, str(DRIVER), "--configs", ",".join(configs), "--steps", STEPS, *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+
+
+def results_of(text: str) -> dict[str, dict]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("HUB_RESULT "):
+            result = json.loads(line[len("HUB_RESULT "):])
+            out[result["config"]] = result
+    return out
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> dict[str, dict]:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, (out[-2000:] + err[-6000:])
+    return results_of(out)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    procs = [launch("jax", CONFIGS), launch("torch", CONFIGS)]
+    try:
+        jax, torch = (finish(p, 3500) for p in procs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return jax, torch
+
+
+def compare(ref: dict, got: dict) -> dict:
+    """Assert equality within the tolerances; return the largest differences."""
+    np.testing.assert_allclose(got["losses"], ref["losses"], rtol=LOSS_RTOL)
+    for key in ref["evaluate"]:
+        np.testing.assert_allclose(got["evaluate"][key], ref["evaluate"][key], rtol=LOSS_RTOL)
+    np.testing.assert_allclose(got["predict"], ref["predict"], atol=WEIGHT_ATOL)
+    assert set(got["weights"]) == set(ref["weights"])
+    weight = max(float(np.max(np.abs(np.subtract(ref["weights"][k], got["weights"][k]))))
+                 for k in ref["weights"])
+    assert weight < WEIGHT_ATOL, weight
+    return {
+        "loss_rel": float(np.max(np.abs(np.subtract(got["losses"], ref["losses"]))
+                                 / np.abs(ref["losses"]))),
+        "weight": weight,
+        "step_s": float(np.median(got["step_seconds"][1:] or got["step_seconds"])),
+        "jax_step_s": float(np.median(ref["step_seconds"][1:] or ref["step_seconds"])),
+    }
+
+
+def check_sharding(result: dict, n_ranks_per_mesh: tuple) -> None:
+    """Each variable's spec is its layout's, and the block a rank holds is
+    the global shape divided by the shard counts (physically sharded)."""
+    sizes = dict(zip(("batch", "model"), n_ranks_per_mesh))
+    assert result["specs"] == result["expected_specs"]
+    for path, spec in result["specs"].items():
+        shape = result["shapes"][path]
+        want = [n // int(np.prod([sizes[a] for a in axes])) for n, axes in zip(shape, spec)]
+        assert result["local_shapes"][path] == want, (path, shape, spec)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_keras_hub_model_matches_jax_and_is_sharded_as_its_layout_map(runs, config):
+    jax, torch = runs
+    diffs = compare(jax[config], torch[config])
+    check_sharding(torch[config], tuple(torch[config]["mesh"]))
+    assert torch[config]["specs"] == jax[config]["specs"]
+    print(config, json.dumps(diffs))
+
+
+@pytest.mark.multiprocess
+def test_keras_hub_llama_under_torchrun_4_ranks_matches_jax(tmp_path):
+    from torchrun import run_torchrun
+
+    jax_proc = launch("jax", ["llama:2x2"], "--devices", "4")
+    out = tmp_path / "hub"
+    try:
+        torch_out = run_torchrun("keras_hub_worker.py", nproc=4, timeout=1800,
+                                 args=("--configs", "llama:2x2", "--steps", STEPS, "--out", str(out)))
+        jax = finish(jax_proc, 1800)
+    finally:
+        if jax_proc.poll() is None:
+            jax_proc.kill()
+    ranks = []
+    for path in sorted(tmp_path.glob("hub.rank*.jsonl")):
+        ranks.extend(results_of(path.read_text()).values())
+    assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3], torch_out[-3000:]
+    for result in ranks:
+        diffs = compare(jax["llama:2x2"], result)
+        check_sharding(result, (2, 2))
+        print("llama:2x2 torchrun rank", result["rank"], json.dumps(diffs))

@@ -47,6 +47,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from parity.torch_impl.semantics import (
+    compile_support,
     dtensor_errors,
     fallback,
     fast_path,
@@ -165,8 +166,11 @@ def _name_of(func) -> str | None:
 
 
 class _JaxSemanticsMode(TorchFunctionMode):
+    @compile_support.skip_alone  # inlined when traced, never compiled op by op
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if compile_support.runs_untraced(func):  # backward: never traced by dynamo
+            return compile_support.run_untraced(func, args, kwargs)
         if torch.compiler.is_compiling():
             name, key = _name_of(func), None
         else:

@@ -1,5 +1,9 @@
 """``parity run``: run cases on one backend and write its semantics report.
 
+``PARITY_JAX_PYTHON`` / ``PARITY_TORCH_PYTHON`` name another interpreter
+for that backend's worker (e.g. a Python 3.12 venv with the newest JAX);
+the report header records the versions the worker saw.
+
 The cases run in a worker process (``conformance.worker``); this process
 only feeds it and watches. A case that takes longer than the time limit, or
 a worker that dies (segfault, abort, out of memory), is recorded as an error
@@ -38,9 +42,13 @@ class Worker:
     """One worker process for one backend and device count."""
 
     def __init__(self, backend: str, raw: bool, devices: int, device: str, log) -> None:
-        cmd = [sys.executable, "-m", "conformance.worker", "--backend", backend,
+        python = os.environ.get(f"PARITY_{backend.upper()}_PYTHON") or sys.executable
+        cmd = [python, "-m", "conformance.worker", "--backend", backend,
                "--devices", str(devices), "--device", device] + (["--raw"] if raw else [])
         env = dict(os.environ)
+        if python != sys.executable:  # another interpreter (e.g. newer JAX): this checkout first
+            root = str(Path(__file__).resolve().parents[1])
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env.setdefault("OMP_NUM_THREADS", "1")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

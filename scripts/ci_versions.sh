@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# CI on the versions users have (after scripts/test.sh, which runs the suite on
+# torch 2.13.0 + jax 0.10.2 in .venv):
+#  1. .venv-torch214: torch 2.14.1 (the newest this machine installs; a CUDA
+#     build that runs on the CPU) -> the fast part of the suite (no
+#     multiprocess, no slow tests) and the parity column of the catalogue.
+#  2. .venv-jax012: Python 3.12 with the newest JAX (0.12, normative for the
+#     rules) -> the JAX reference column, run as parity's worker interpreter.
+#  3. Semantics diffs, written to reports/ci-versions/:
+#       parity on torch 2.13.0 vs 2.14.1 (both against jax 0.12),
+#       the reference jax 0.10.2 vs 0.12.
+# Each step prints its wall time. Exit 1 on a failing test or a regression.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=reports/ci-versions
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PARITY_PROGRESS_EVERY_S=60
+step() { echo "== $1"; STEP_START=$(date +%s); }
+done_step() { echo "   $1: $(( $(date +%s) - STEP_START )) s"; }
+
+step "setup .venv-torch214 (torch 2.14.1 + the test dependencies)"
+if [ ! -x .venv-torch214/bin/python ]; then
+    python3 -m venv .venv-torch214
+    .venv-torch214/bin/python -m pip install -q --upgrade pip
+    echo "   installing torch==2.14.1 and parity[jax,keras,test] into .venv-torch214"
+    .venv-torch214/bin/python -m pip install -q torch==2.14.1 -e ".[jax,keras,test]"
+fi
+done_step "setup torch 2.14.1"
+
+step "setup .venv-jax012 (Python 3.12, newest jax)"
+PY312=$(command -v python3.12 || true)
+if [ -z "$PY312" ] && [ -x "$HOME/.pyenv/versions/3.12.1/bin/python3.12" ]; then
+    PY312="$HOME/.pyenv/versions/3.12.1/bin/python3.12"
+fi
+if [ ! -x .venv-jax012/bin/python ]; then
+    "$PY312" -m venv .venv-jax012
+    echo "   installing jax (newest) numpy into .venv-jax012"
+    .venv-jax012/bin/python -m pip install -q jax numpy
+fi
+.venv-jax012/bin/python -c "import jax; print('   jax', jax.__version__)"
+done_step "setup jax 0.12"
+
+step "tests on torch 2.14.1 (not multiprocess, not slow)"
+status=0
+.venv-torch214/bin/python -m pytest -q -m "not multiprocess and not slow" -p no:cacheprovider \
+    || status=1
+done_step "tests on torch 2.14.1"
+
+step "JAX reference on jax 0.12 and on jax 0.10.2"
+PARITY_JAX_PYTHON=.venv-jax012/bin/python .venv/bin/parity run --backend jax --quiet \
+    --out "$OUT/jax012.json" &
+.venv/bin/parity run --backend jax --quiet --out "$OUT/jax0102.json"
+wait
+done_step "reference runs"
+
+step "parity column on torch 2.13.0 and 2.14.1"
+.venv/bin/parity run --backend torch --quiet --out "$OUT/torch213.json" &
+.venv-torch214/bin/parity run --backend torch --quiet --out "$OUT/torch214.json"
+wait
+done_step "candidate runs"
+
+step "semantics diffs"
+.venv/bin/parity compare "$OUT/jax0102.json" "$OUT/jax012.json" --md "$OUT/jax-0.10.2-vs-0.12.md" \
+    > "$OUT/jax-diff.txt" 2>&1 || true   # informative: the reference moved
+tail -n 12 "$OUT/jax-diff.txt"
+.venv/bin/parity compare "$OUT/torch213.json" "$OUT/torch214.json" --reference "$OUT/jax012.json" \
+    --md "$OUT/torch-2.13-vs-2.14.1.md" --json "$OUT/torch-2.13-vs-2.14.1.json" || status=1
+done_step "diffs"
+exit $status

@@ -15,7 +15,8 @@ Report file (``schema: "parity-opinfo/1"``)::
     {"schema": "parity-opinfo/1",
      "header": {"torch": "2.13.0+cpu", "budget": "fast", "meshes": ["2x4", "2x2x2"],
                 "modes": [...], "columns": ["parity", "dtensor"], "shape_policy": {...},
-                "timeout_s": 30, "ops": 598, "seconds": 812.4, "interrupted": false},
+                "timeout_s": 30, "ops": 677, "ops_finished": 677, "seconds": 812.4,
+                "interrupted": false},
      "summary": {column: {mode: {mesh: {class: count}}}},
      "totals":  {column: {mode: {class: count}}},       # summed over meshes
      "cases":   [record, ...]}                          # conformance.opinfo's records
@@ -122,6 +123,7 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
     request = {"budget": "full" if full else "fast", "meshes": list(meshes),
                "modes": list(modes), "columns": list(columns)}
     keys: list[str] = []
+    finished = 0
     worker: _Worker | None = None
 
     def on_term(signum, frame):  # SIGTERM (and SIGINT in a background job): finish
@@ -143,6 +145,7 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
                     records.append(_op_error(key, f"abandoned after {losses} timeouts or "
                                                   f"crashes; its remaining cases did not run"))
                     break
+            finished += 1
             if progress:
                 print(f"\r[{n + 1}/{len(keys)}] {len(records)} cases, "
                       f"{time.monotonic() - started:.0f} s  {key[:40]:40}",
@@ -162,7 +165,7 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
               "header": {"torch": _torch_version(), "budget": request["budget"],
                          "meshes": list(meshes), "modes": list(modes),
                          "columns": list(columns), "shape_policy": SHAPE_POLICY,
-                         "timeout_s": timeout, "ops": len(keys),
+                         "timeout_s": timeout, "ops": len(keys), "ops_finished": finished,
                          "seconds": round(time.monotonic() - started, 1),
                          "interrupted": interrupted},
               "summary": summary, "totals": totals(summary), "cases": list(records)}
@@ -394,7 +397,8 @@ def print_report(report: dict, file=None) -> None:
 
     file = file or sys.stdout
     h = report["header"]
-    print(f"OpInfo harness: {h['ops']} ops, {len(report['cases'])} records, {h['seconds']} s "
+    print(f"OpInfo harness: {h['ops_finished']} of {h['ops']} ops, {len(report['cases'])} "
+          f"records, {h['seconds']} s "
           f"({h['budget']})" + (" INTERRUPTED" if h["interrupted"] else ""), file=file)
     print_table(report["summary"], file=file)
     print(file=file)

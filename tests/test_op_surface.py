@@ -167,3 +167,36 @@ def test_slice_scatter_gradient(mesh):
     expected = np.ones((4, 8), np.float32)
     expected[:, :4] = 0
     assert_grad_placed(x, expected)
+
+
+# ------------------------------------------------------------ known-wrong strategies
+
+def test_quantile_with_a_0d_q_keeps_the_0d_shape(mesh):
+    a = host((8,))
+    with ti.jax_semantics():
+        y = torch.quantile(put(a, ("data",), mesh), torch.tensor(0.25))
+    ref = torch.quantile(plain(a), torch.tensor(0.25))
+    assert tuple(y.shape) == tuple(ref.shape) == ()
+    np.testing.assert_allclose(ti.to_numpy(y), ref.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("loss", [F.mse_loss, F.smooth_l1_loss, F.soft_margin_loss],
+                         ids=["mse", "smooth_l1", "soft_margin"])
+def test_loss_gradient_over_sharded_inputs(mesh, loss):
+    a, b = host((8,)), np.sign(host((8,), 1))
+    x = put(a, ("data",), mesh, grad=True)
+    with ti.jax_semantics():
+        loss(x, put(b, ("data",), mesh)).backward()
+    ref_x = plain(a, grad=True)
+    loss(ref_x, plain(b)).backward()
+    assert_grad_placed(x, ref_x.grad.numpy())
+
+
+def test_cosine_embedding_loss_over_a_sharded_feature_dim(mesh):
+    a, b, t = host((4, 8)), host((4, 8), 1), np.array([1, -1, 1, -1], np.float32)
+    spec = (None, "model")
+    with ti.jax_semantics():
+        y = F.cosine_embedding_loss(put(a, spec, mesh), put(b, spec, mesh),
+                                    put(t, ("model",), mesh))
+    ref = F.cosine_embedding_loss(plain(a), plain(b), plain(t))
+    np.testing.assert_allclose(ti.to_numpy(y), ref.numpy(), rtol=1e-5, atol=1e-6)

@@ -42,6 +42,12 @@ Known-wrong strategies (torch 2.13), with what goes wrong:
 |--------------------------------------|------------------|-------------------------------|
 | ``linalg.eig``, ``linalg.eigvals``   | sharded batch    | NaN gradient                  |
 | (gradient)                           |                  |                               |
+| ``quantile``, ``nanquantile``        | sharded input    | output shape [1] for a 0-d q  |
+| ``histc``                            | sharded input    | wrong shape (bins=1)          |
+| ``mse_loss``, ``smooth_l1_loss``,    | sharded input    | wrong gradient                |
+| ``soft_margin_loss``,                |                  |                               |
+| ``binary_cross_entropy`` (gradient)  |                  |                               |
+| ``cosine_embedding_loss``            | sharded features | wrong values                  |
 | ``slice_scatter``, ``select_scatter``| any sharded      | backward: "got mixed          |
 | ``diagonal_scatter``,                |                  | torch.Tensor and DTensor"     |
 | ``as_strided_scatter`` (gradient)    |                  | (plain zeros made inside)     |
@@ -59,6 +65,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.experimental import implicit_replication
 from torch.utils._pytree import tree_map
@@ -71,6 +78,13 @@ from parity.torch_impl.semantics import specs as S
 # computed on the gathered operands.
 KNOWN_WRONG = frozenset({
     torch.linalg.eig, torch.linalg.eigvals,
+    # wrong output shape for some samples (a 0-d q, bins=1)
+    torch.quantile, torch.Tensor.quantile, torch.nanquantile, torch.Tensor.nanquantile,
+    torch.histc, torch.Tensor.histc,
+    # wrong gradient (losses) or values (cosine_embedding_loss over a sharded feature dim)
+    F.mse_loss, torch._C._nn.mse_loss, F.smooth_l1_loss, torch._C._nn.smooth_l1_loss,
+    F.soft_margin_loss, torch._C._nn.soft_margin_loss, F.binary_cross_entropy,
+    torch._C._nn.binary_cross_entropy, F.cosine_embedding_loss, torch.cosine_embedding_loss,
     # backward makes plain zeros that meet the DTensor gradient
     torch.slice_scatter, torch.Tensor.slice_scatter, torch.diagonal_scatter,
     torch.Tensor.diagonal_scatter, torch.select_scatter, torch.Tensor.select_scatter,

@@ -266,7 +266,7 @@ def cmd_compare(args) -> int:
         print(f"parity compare: the two reports share no case id ({len(ref['cases'])} and "
               f"{len(cand['cases'])} cases): every case is missing", file=sys.stderr)
     write_comparison(comparison, args.json, args.md, args.html)
-    print_summary({"candidate": comparison})
+    print_summary({candidate_label(comparison): comparison})
     return 0 if comparison["ok"] else 1
 
 
@@ -289,7 +289,17 @@ def write_comparison(comparison: dict, json_path=None, md_path=None, html_path=N
     if html_path:
         from conformance.html import write_html
 
-        write_html({"candidate": comparison} if title is None else {title: comparison}, html_path)
+        write_html({title or candidate_label(comparison): comparison}, html_path)
+
+
+def candidate_label(comparison: dict) -> str:
+    """The tab name of a comparison: ``parity``, ``raw DTensor``, or the column."""
+    cand = comparison.get("candidate") or {}
+    if cand.get("semantics") == "jax_semantics":
+        return "parity"
+    if cand.get("semantics") == "raw-dtensor":
+        return "raw DTensor"
+    return str(cand.get("column") or cand.get("backend") or "candidate")
 
 
 def print_summary(columns: dict[str, dict]) -> None:

@@ -2,8 +2,11 @@
 the jinja2 template ``templates/report.html.j2``.
 
 A matrix of ops against input layouts per mesh, coloured by verdict; filters
-by verdict and op; for each case both placements drawn as a device grid
-(which slice on which device), devices that differ outlined in red.
+by verdict and op; for each case its inputs and both sides' outputs and
+gradients drawn as device grids (which slice on which device). A device that
+differs is outlined red when the case does not hold, dashed amber when it is
+only a note (a chosen, non-normative reference placement). The first tab is
+the one it opens on; ``#<tab>|<case id>`` links to a case.
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ def write_html(comparisons: dict[str, dict], path: str | Path) -> Path:
     data = {}
     for name, comp in comparisons.items():
         data[name] = {
-            "summary": comp["summary"], "total": comp["total"],
+            # a comparison made before a verdict existed counts none of it
+            "summary": {v: comp["summary"].get(v, 0) for v in VERDICTS}, "total": comp["total"],
             "chosen": comp["chosen_placement_notes"],
+            "interrupted": bool(comp.get("interrupted") or comp["reference"].get("interrupted")
+                                or comp["candidate"].get("interrupted")),
             "reference": comp["reference"], "candidate": comp["candidate"],
             "cases": [{k: c.get(k) for k in ("id", "op", "verdict", "reason", "notes", "mesh",
                                                "inputs", "kwargs", "grad", "reference", "candidate")}

@@ -118,13 +118,13 @@ def test_sigterm_in_conformance_keeps_finished_cases_and_writes_comparison_and_h
 
     out = tmp_path / "reports"
     proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "conformance", "--op", "neg",
-                             "--op", "exp", "--out-dir", str(out)],
+                             "--op", "matmul", "--op", "einsum", "--out-dir", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    journals = [out / f"{name}.json.partial" for name in ("jax", "torch", "torch-raw")]
-    deadline = time.monotonic() + 240
+    journal = out / "torch.json.partial"  # the slowest column
+    deadline = time.monotonic() + 400
     while time.monotonic() < deadline and proc.poll() is None:
-        if all(p.exists() and len(p.read_text().splitlines()) >= 3 for p in journals):
+        if journal.exists() and len(journal.read_text().splitlines()) >= 4:
             break
         time.sleep(0.5)
     assert proc.poll() is None, proc.communicate()[0]

@@ -41,9 +41,12 @@ def test_a_rank_stuck_outside_collectives_is_named_within_three_pg_timeouts(tmp_
         print(f"rank 0 exited {waited:.1f} s after rank 1 got stuck (timeout_s={TIMEOUT_S:g})")
         assert TIMEOUT_S * 0.9 <= waited <= BOUND, waited
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for log in logs:
-            log.close()
+        _stop(procs, logs)
+
+
+def _stop(procs, logs) -> None:
+    for proc, log in zip(procs, logs):
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        log.close()

@@ -5,15 +5,14 @@ weights of each run as JSON to the file named by ``PARITY_RESULT_FILE`` (a
 file, not stdout: torchrun's ranks share one stdout pipe, where a long line
 from one rank can interleave with another rank's output).
 
-What compiles: the whole step, in two compiled functions, as torch users
-compile a model and its optimizer step: the forward and the loss (one graph,
-no graph break; AOTAutograd compiles their backward with them, and
-``loss.backward()`` runs that compiled backward), and the SGD update (its own
-graphs: one per weight layout). ``graphs``/``graph_breaks`` in the result
-count them. ``PARITY_COMPILE_WHOLE_STEP=1`` compiles the step as one function
-instead: dynamo breaks the graph at ``loss.backward()`` and then fails in
-DTensor's ``__tensor_unflatten__`` on the update, also without parity
-(``PARITY_RAW=1``).
+What compiles: the whole step as one function, as users write it --
+forward, loss, ``loss.backward()`` and the SGD update under one
+``torch.compile``. Dynamo breaks the graph at the backward (it cannot trace
+one); the forward and loss are one graph (AOTAutograd compiles their
+backward, which the eager backward runs) and the update another.
+``graphs``/``graph_breaks`` in the result count them. Plain DTensor cannot
+do this (``tests/test_compiled_step.py`` shows it fail): parity's
+workarounds are in ``parity/torch_impl/semantics/compile_support.py``.
 
 torch.compile cannot run over simulated ranks (LocalTensorMode): dynamo fails
 inside DTensor's own redistribute planner there, with or without parity, so
@@ -22,13 +21,13 @@ the compiled step is checked on real ranks.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
 
 import numpy as np
 import torch
+from torch._dynamo.utils import counters
 
 import parity
 from parity import torch_impl as ti
@@ -54,34 +53,19 @@ def main() -> None:
         params = (w1, b1, w2)
         x = ti.distribute_tensor(x_host, L(("data", None), mesh))
 
-        def forward(x, target):
+        def step(x, target):
             h = torch.relu(x @ w1 + b1)
-            return ((h @ w2 - target) ** 2).mean()  # target: a plain tensor
-
-        whole = os.environ.get("PARITY_COMPILE_WHOLE_STEP") == "1"
-        compiled = forward if backend == "eager" or whole else torch.compile(forward, backend=backend)
-
-        def update():
+            loss = ((h @ w2 - target) ** 2).mean()  # target: a plain tensor
+            loss.backward()
             with torch.no_grad():
                 for p in params:
                     p.sub_(0.1 * p.grad)
-
-        compiled_update = update if backend == "eager" or whole else torch.compile(update, backend=backend)
-
-        def step(x, target):
-            loss = compiled(x, target)  # forward and loss compiled; backward runs the
-            loss.backward()             # compiled backward graph AOTAutograd made
-            compiled_update()           # the SGD update compiled on its own
             return loss
 
-        fn = torch.compile(step, backend=backend) if whole and backend != "eager" else step
-        raw = os.environ.get("PARITY_RAW") == "1"  # plain DTensor, for comparison
-        t = ti.distribute_tensor(target, L((None, None), mesh)) if raw else torch.from_numpy(target)
-        from torch._dynamo.utils import counters
-
+        fn = step if backend == "eager" else torch.compile(step, backend=backend)
         counters.clear()
-        with contextlib.nullcontext() if raw else ti.jax_semantics():
-            loss = fn(x, t)
+        with ti.jax_semantics():
+            loss = fn(x, torch.from_numpy(target))
         results[backend] = {
             "graphs": counters["stats"]["unique_graphs"],
             "graph_breaks": sum(counters["graph_break"].values()),

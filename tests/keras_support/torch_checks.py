@@ -336,6 +336,31 @@ def check_no_distribution_still_plain():
     assert model.predict(x, verbose=0).shape == (32, 4)
 
 
+@check
+def check_one_mesh_axis_on_two_dims_raises():
+    """A layout naming one mesh axis for two dims is an error, as on JAX
+    (``DuplicateSpecError``); Keras's own torch backend silently keeps the
+    last dim."""
+    layout = kd.TensorLayout(("model", "model"), mesh24())
+    try:
+        kd.distribute_tensor(np.zeros((8, 8), "float32"), layout)
+    except parity.LayoutError as err:
+        assert "model" in str(err), err
+    else:
+        raise AssertionError("a mesh axis on two dims was accepted")
+
+
+@check
+def check_replicated_variable_is_a_dtensor():
+    """A variable with a fully replicated layout is a replicated DTensor on
+    the mesh (Keras's own torch backend keeps a plain Parameter)."""
+    from torch.distributed.tensor import DTensor
+
+    with kd.DataParallel(devices=kd.list_devices()).scope():
+        v = keras.Variable(np.ones((4, 2), "float32"))
+    assert isinstance(v.value, DTensor) and spec(v) == ((), ())
+
+
 def main(names):
     selected = [c for c in CHECKS if not names or c.__name__ in names]
     results = []

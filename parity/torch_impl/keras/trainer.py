@@ -251,14 +251,38 @@ def _configure_async_dispatch(self, callbacks):
         self._async_train = self._async_test = self._async_predict = False
 
 
+def _parity_runs() -> bool:
+    """A distribution is set or ranks are simulated: parity, not the
+    trainer's own torch.distributed code, handles the step."""
+    from parity.torch_impl import state
+
+    return _distribution() is not None or state.mode() == "simulated"
+
+
 def _initialize_ddp(self):
     """keras-nightly wraps the model in ``DistributedDataParallel`` under a
     ``DataParallel`` on initialized ranks; with parity the variables are
     replicated DTensors whose gradients DTensor already reduces, so no
-    wrapper under a distribution (Keras's own path without one)."""
-    if _distribution() is not None:
+    wrapper (Keras's own path on real ranks without a distribution)."""
+    if _parity_runs():
         return None
     return _ORIGINAL["_initialize_ddp"](self)
+
+
+def _get_metrics_result(self):
+    """keras-nightly all-reduces metric variables over the batch axis; with
+    parity they already hold global values (DTensor reductions), so the
+    base trainer's result."""
+    if _parity_runs():
+        return super(_ORIGINAL["trainer_class"], self).get_metrics_result()
+    return _ORIGINAL["get_metrics_result"](self)
+
+
+def _outputs_as_they_are(data):
+    """keras-nightly's ``_gather_non_batch_axes`` turns predict outputs into
+    this process's rows; parity's outputs stay global DTensors, converted to
+    their global value like on JAX."""
+    return data
 
 
 def patches(keras) -> list[tuple]:
@@ -286,9 +310,17 @@ def patches(keras) -> list[tuple]:
         )
     _ORIGINAL["_should_torch_compile"] = getattr(cls, compile_switch)
     found.append((cls, compile_switch, _should_torch_compile))
-    if hasattr(cls, "_initialize_ddp"):
+    _ORIGINAL["trainer_class"] = cls
+    if "_initialize_ddp" in vars(cls):  # keras-nightly's own torch distribution
         _ORIGINAL["_initialize_ddp"] = cls._initialize_ddp
         found.append((cls, "_initialize_ddp", _initialize_ddp))
+    if "get_metrics_result" in vars(cls):
+        _ORIGINAL["get_metrics_result"] = cls.get_metrics_result
+        found.append((cls, "get_metrics_result", _get_metrics_result))
+    if hasattr(keras.trainer, "_gather_non_batch_axes"):
+        found.append((keras.trainer, "_gather_non_batch_axes", _outputs_as_they_are))
+    if hasattr(keras.trainer, "distribute_data_input"):
+        found.append((keras.trainer, "distribute_data_input", kdl.distribute_data_input))
     for name in ("make_train_function", "make_test_function", "make_predict_function"):
         found.append((cls, name, _wrap_make(name)))
     found += [(cls, "train_on_batch", _train_on_batch), (cls, "test_on_batch", _test_on_batch),

@@ -44,7 +44,7 @@ ALL_SCHEMES = ("first", "last", "split", "joint")
 # Ops whose values are random or uninitialised: no unsharded reference exists.
 _NONDETERMINISTIC = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform",
                      "exponential", "geometric", "cauchy", "log_normal", "empty",
-                     "poisson", "randint", "randperm")
+                     "poisson", "randint", "randperm", "rrelu", "fractional_max_pool")
 
 Spec = tuple[tuple[str, ...], ...]
 

@@ -200,3 +200,33 @@ def test_cosine_embedding_loss_over_a_sharded_feature_dim(mesh):
                                     put(t, ("model",), mesh))
     ref = F.cosine_embedding_loss(plain(a), plain(b), plain(t))
     np.testing.assert_allclose(ti.to_numpy(y), ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", [lambda t: F.avg_pool2d(t, 2), F.hardshrink, F.relu6],
+                         ids=["avg_pool2d", "hardshrink", "relu6"])
+def test_op_whose_backward_has_no_dtensor_strategy(mesh, op):
+    a = host((2, 4, 4, 4))
+    x = put(a, ("data", "model", None, None), mesh, grad=True)
+    with ti.jax_semantics():
+        y = op(x)
+        y.sum().backward()
+    ref_x = plain(a, grad=True)
+    op(ref_x).sum().backward()
+    np.testing.assert_allclose(ti.to_numpy(y), op(plain(a)).detach().numpy(), rtol=1e-5)
+    assert_grad_placed(x, ref_x.grad.numpy())
+
+
+def test_cummax_gradient_over_a_sharded_dim(mesh):
+    a = host((4, 8))
+    x = put(a, ("data", "model"), mesh, grad=True)
+    with ti.jax_semantics():
+        torch.cummax(x, 1).values.sum().backward()
+    ref_x = plain(a, grad=True)
+    torch.cummax(ref_x, 1).values.sum().backward()
+    assert_grad_placed(x, ref_x.grad.numpy())
+
+
+def test_segment_reduce_is_refused_with_a_parity_error(mesh):
+    x = put(host((8,)), ("data",), mesh)
+    with ti.jax_semantics(), pytest.raises(parity.UnsupportedOpError, match="segment_reduce"):
+        torch.segment_reduce(x, "max", lengths=torch.tensor([4, 4]))

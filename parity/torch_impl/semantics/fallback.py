@@ -23,7 +23,9 @@ When (``mode._run``):
 
 1. the op is on ``KNOWN_WRONG`` below: DTensor has a strategy that gives a
    wrong value or gradient for some placements -> ``run_replicated``
-   before DTensor sees it;
+   before DTensor sees it; likewise an op on ``BACKWARD_MISSING`` (DTensor
+   has no strategy for its backward: pooling, hardshrink/hardtanh/relu6,
+   logsigmoid, prelu, take, ...) when an operand requires grad;
 2. DTensor has no strategy for these placements (``dtensor_errors``:
    ``placements``) -> the operands are gathered and DTensor runs the op;
 3. DTensor has no strategy at all, or cannot propagate shardings (an output
@@ -32,6 +34,7 @@ When (``mode._run``):
 4. a plain tensor made inside the op met a DTensor (``mixed``) ->
    ``run_implicit``.
 
+Ops on ``REFUSED`` (``segment_reduce``) raise ``UnsupportedOpError``.
 In-place ops and ``out=`` on a sharded operand are refused in the fallback
 (``UnsupportedOpError``): the full copy it computes on is not the operand's
 storage. Their out-of-place forms work.
@@ -73,6 +76,7 @@ from torch.utils._pytree import tree_map
 from parity.errors import UnsupportedOpError
 from parity.torch_impl.semantics import pending
 from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.semantics.rules.registry import torch_ops
 
 # Ops whose DTensor strategy gives wrong values for some placements: always
 # computed on the gathered operands.
@@ -90,6 +94,52 @@ KNOWN_WRONG = frozenset({
     torch.Tensor.diagonal_scatter, torch.select_scatter, torch.Tensor.select_scatter,
     torch.as_strided_scatter, torch.Tensor.as_strided_scatter,
 })
+
+
+# Ops whose *backward* DTensor has no strategy for (it fails in backward,
+# where no mode reaches): computed on the gathered operands when a gradient
+# is needed.
+BACKWARD_MISSING = frozenset(
+    [fn for fn, _ in torch_ops(
+        "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+        "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d_with_indices",
+        "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices",
+        "_adaptive_max_pool1d", "_adaptive_max_pool2d", "_adaptive_max_pool3d", "max_pool3d",
+        "max_pool3d_with_indices", "_max_pool3d", "hardshrink", "hardsigmoid", "hardswish",
+        "hardtanh", "local_response_norm", "logsigmoid", "log_sigmoid", "relu6", "softshrink",
+        "multilabel_soft_margin_loss", "prelu", "ormqr", "take", "native_group_norm",
+        # backward makes plain tensors that meet the DTensor gradient
+        "cummax", "cummin", "index_put", "trace")]
+    + [torch.linalg.householder_product, torch.linalg.vander]
+)
+
+# Ops parity refuses: even computed on the gathered operands the result
+# differs from the unsharded op (segment_reduce reads uninitialised memory
+# for some offsets on the simulated ranks). UnsupportedOpError, never a value.
+REFUSED = frozenset({torch.segment_reduce, torch._segment_reduce})
+
+
+@torch._dynamo.assume_constant_result
+def refused(func: Any) -> bool:
+    """Whether parity refuses ``func`` on DTensors (``REFUSED``)."""
+    return func in REFUSED
+
+
+def refuse(func: Any, args: tuple, kwargs: dict) -> None:
+    """Raise the ``UnsupportedOpError`` for a ``REFUSED`` op."""
+    placements = _placements(args, kwargs)
+    raise UnsupportedOpError(
+        f"{op_name(func)} on DTensors (placements {placements}) is not supported: its result "
+        "on sharded operands differs from the unsharded op, even on gathered values. Compute "
+        "it on plain tensors (to_numpy / full_tensor) and distribute the result.",
+        op=op_name(func), placements=placements, reason="wrong values on gathered operands",
+    )
+
+
+@torch._dynamo.assume_constant_result
+def backward_missing(func: Any) -> bool:
+    """Whether DTensor cannot run ``func``'s backward (``BACKWARD_MISSING``)."""
+    return func in BACKWARD_MISSING
 
 
 @torch._dynamo.assume_constant_result

@@ -246,8 +246,12 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         out = local_ops.run_local_reduction(func, prepared_args, prepared_kwargs)
         if out is not None:
             return _finish(out, plan, keep_partial)
-    if fallback.known_wrong(func):
-        # DTensor's strategy is wrong for some placements (fallback.KNOWN_WRONG)
+    if fallback.refused(func):
+        fallback.refuse(func, prepared_args, prepared_kwargs)
+    if fallback.known_wrong(func) or (
+            grad and fallback.backward_missing(func) and _needs_grad(prepared_args, prepared_kwargs)):
+        # DTensor's strategy is wrong for some placements (fallback.KNOWN_WRONG),
+        # or it has none for the backward (fallback.BACKWARD_MISSING)
         out = fallback.run_replicated(func, prepared_args, prepared_kwargs, mesh,
                                       "DTensor's strategy for it is wrong")
         return _finish(out, plan, keep_partial)
@@ -281,6 +285,11 @@ def _recover(err: Exception, func, args: tuple, kwargs: dict, mesh) -> Any:
             if dtensor_errors.kind(again) is None:
                 raise
     return fallback.run_replicated(func, args, kwargs, mesh, "DTensor has no strategy for it")
+
+
+def _needs_grad(args: tuple, kwargs: dict) -> bool:
+    leaves, _ = tree_flatten((args, kwargs))
+    return any(isinstance(t, DTensor) and t.requires_grad for t in leaves)
 
 
 def _any_partial(out: Any) -> bool:

@@ -107,8 +107,10 @@ def ops() -> list:
 
     out = []
     for name, jx, tx, shapes, variants, grad in _ONE:
+        # trace sums the diagonal: the order of a sharded sum rounds differently
         out.append(Op(name, "shape", jx, tx, (_arg("f"),), (ShapeSet("div", shapes),), variants,
-                      tol="exact", grad=grad, budget=NEW_BUDGET))
+                      tol="reduction" if name == "trace" else "exact", grad=grad,
+                      budget=NEW_BUDGET))
     for name, jx, tx, shapes, kinds, variants in _MULTI:
         args = tuple(_arg(k) for k in _kinds(kinds))
         # duplicate indices add in an order neither library fixes: rounding

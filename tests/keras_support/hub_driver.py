@@ -42,7 +42,7 @@ MODELS = {
                   dict(DECODER, moe_intermediate_dim=8, num_experts=4, top_k=2, head_dim=4)),
     "bert": ("BertTextClassifier", "BertBackbone",
              dict(vocabulary_size=VOCAB, num_layers=2, num_heads=8, hidden_dim=16,
-                  intermediate_dim=16, max_sequence_length=SEQ)),
+                  intermediate_dim=16, max_sequence_length=SEQ, dropout=0.0)),
 }
 
 

@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import selectors
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -37,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.opinfo_check import CLASSES, COLUMNS, MODES
+from conformance.worker_process import LineWorker, WorkerGone
 
 SCHEMA = "parity-opinfo/1"
 READY_TIMEOUT_S = 300.0
@@ -44,52 +43,13 @@ SETUP_TIMEOUT_S = 180.0  # sample generation and references of one op
 MAX_LOSSES_PER_OP = 3  # timeouts/crashes before the rest of an op is abandoned
 
 
-class _Gone(Exception):
-    pass
+class _Worker(LineWorker):
+    """The OpInfo worker process (``--worker``); ``ops`` is its op list."""
 
-
-class _Worker:
     def __init__(self, log) -> None:
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "conformance.opinfo_runner",
-                                      "--worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=log, env=env,
-                                     start_new_session=True)
-        self.sel = selectors.DefaultSelector()
-        self.sel.register(self.proc.stdout, selectors.EVENT_READ)
-        self.buf = b""
-        ready = self.read(READY_TIMEOUT_S)
-        if not ready or not ready.get("ready"):
-            self.kill()
-            raise RuntimeError(f"the OpInfo worker did not start: {ready!r}")
-        self.ops = ready["ops"]
-
-    def read(self, timeout: float) -> dict | None:
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self.sel.select(left):
-                return None
-            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
-            if not chunk:
-                raise _Gone(f"worker exited with status {self.proc.wait()}")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def send(self, request: dict) -> None:
-        try:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.flush()
-        except OSError as err:
-            raise _Gone(f"worker gone: {err}") from None
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
+        super().__init__([sys.executable, "-m", "conformance.opinfo_runner", "--worker"],
+                         dict(os.environ, OMP_NUM_THREADS="1"), log, READY_TIMEOUT_S)
+        self.ops = self.ready["ops"]
 
 
 def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
@@ -233,7 +193,7 @@ def _run_op(worker: _Worker, key: str, start: int, request: dict, timeout: float
                 raise KeyError(msg["error"])
             elif msg.get("done") == key:
                 return worker, None
-    except _Gone as gone:
+    except WorkerGone as gone:
         return None, _lost(key, current, records, "Crash", f"{gone}; worker restarted")
 
 

@@ -15,12 +15,9 @@ flushed to the report journal at once (see ``report``).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import resource
-import selectors
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -30,15 +27,12 @@ from typing import Any
 from conformance.cases import Case
 from conformance.catalogue import tolerance
 from conformance.report import ReportWriter, make_header
+from conformance.worker_process import LineWorker, WorkerGone
 
 READY_TIMEOUT_S = 300.0
 
 
-class WorkerGone(Exception):
-    pass
-
-
-class Worker:
+class Worker(LineWorker):
     """One worker process for one backend and device count."""
 
     def __init__(self, backend: str, raw: bool, devices: int, device: str, log) -> None:
@@ -51,55 +45,8 @@ class Worker:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env.setdefault("OMP_NUM_THREADS", "1")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=log, env=env, start_new_session=True)
-        self._sel = selectors.DefaultSelector()
-        self._sel.register(self.proc.stdout, selectors.EVENT_READ)
-        self._buf = b""
-        ready = self.read(READY_TIMEOUT_S)
-        if ready is None or not ready.get("ready"):
-            self.kill()
-            raise WorkerGone(f"worker did not start: {ready!r}")
-        self.facts = ready.get("facts", {})
-
-    def read(self, timeout: float) -> dict | None:
-        """The next result line; ``None`` on timeout; ``WorkerGone`` on exit."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            if not self._sel.select(left):
-                return None
-            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
-            if not chunk:
-                code = self.proc.wait()
-                raise WorkerGone(f"worker exited with status {code}"
-                                 + (f" (signal {-code})" if code < 0 else ""))
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def send(self, case: dict) -> None:
-        try:
-            self.proc.stdin.write((json.dumps(case) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as err:
-            raise WorkerGone(f"worker gone: {err}") from None
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
-        except Exception:  # noqa: BLE001 - a stuck worker is killed
-            self.kill()
+        super().__init__(cmd, env, log, READY_TIMEOUT_S)
+        self.facts = self.ready.get("facts", {})
 
 
 def _failure(case: Case, kind: str, message: str, device: str) -> dict[str, Any]:

@@ -11,7 +11,8 @@ best block is the one least disturbed). Baselines:
   ``donate=True``: ``dist.all_reduce`` in place on the same buffer;
 * ``all_gather`` / ``reduce_scatter``: ``empty`` output + the
   ``*_single`` collective;
-* ``a + b`` under ``jax_semantics()``: the same ``a + b`` on plain DTensor.
+* ``a + b`` inside an open ``jax_semantics()`` scope, and entering the scope
+  per call: the same ``a + b`` on plain DTensor.
 
 Run: ``python -m benchmarks.per_call`` (prints JSON rows); the benchmark
 runner starts it as a subprocess (the process group is process-wide).
@@ -19,6 +20,7 @@ runner starts it as a subprocess (the process group is process-wide).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -83,11 +85,16 @@ def measure(calls: int = CALLS, blocks: int = BLOCKS) -> list[dict]:
         a = ti.distribute_tensor(host, parity.TensorLayout(("x", None), mesh))
         b = ti.distribute_tensor(host, parity.TensorLayout(("x", None), mesh))
 
-        def add_semantics():
+        def add_scoped():
             with ti.jax_semantics():
                 return a + b
 
-        cases.append(("a + b, (256, 64) over x, under jax_semantics()", add_semantics,
+        # The op inside one open scope, as in a training step (its row is
+        # timed with the scope entered once); entering and leaving the scope
+        # per call is its own row.
+        cases.append(("a + b, (256, 64) over x, inside jax_semantics()", lambda: a + b,
+                      lambda: a + b, "plain DTensor a + b"))
+        cases.append(("a + b, (256, 64) over x, entering jax_semantics() per call", add_scoped,
                       lambda: a + b, "plain DTensor a + b"))
         torch_mesh = ti.to_torch_mesh(mesh)
         cases.append(("DTensor redistribute Shard -> Replicate (context)",
@@ -96,7 +103,9 @@ def measure(calls: int = CALLS, blocks: int = BLOCKS) -> list[dict]:
         found = []
         with torch.no_grad():
             for case, mine, raw, baseline in cases:
-                p = best_per_call(mine, calls, blocks)
+                scope = ti.jax_semantics() if "inside jax_semantics" in case else contextlib.nullcontext()
+                with scope:
+                    p = best_per_call(mine, calls, blocks)
                 r = best_per_call(raw, calls, blocks)
                 found.append({"case": case, "parity_s": p, "raw_s": r, "baseline": baseline})
         return found

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.opinfo_check import CLASSES, COLUMNS, MODES
-from conformance.worker_process import LineWorker, WorkerGone
+from conformance.worker_process import LineWorker, WorkerGone, exit_with_parent
 
 SCHEMA = "parity-opinfo/1"
 READY_TIMEOUT_S = 300.0
@@ -232,24 +232,9 @@ def _torch_version() -> str:
     return importlib.metadata.version("torch")
 
 
-def _exit_with_parent() -> None:
-    """End this worker when the runner that feeds it dies (even by SIGKILL)."""
-    import threading
-
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(3)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
-
-
 def _worker_main() -> int:
     """Serve requests: one op each, one line per case begun and finished."""
-    _exit_with_parent()
+    exit_with_parent()
     results = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr

@@ -15,6 +15,8 @@ import os
 import sys
 import time
 
+from conformance.worker_process import exit_with_parent
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="conformance.worker")
@@ -24,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
 
-    _exit_with_parent()
+    exit_with_parent()
     results = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # stray prints from the backends go to stderr
     sys.stdout = sys.stderr
@@ -59,22 +61,6 @@ def main(argv: list[str] | None = None) -> int:
         if stack is not None:
             stack.close()
     return 0
-
-
-def _exit_with_parent() -> None:
-    """End this worker when the runner that feeds it dies (even by SIGKILL),
-    so a killed run leaves no worker behind, hung or not."""
-    import threading
-
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(3)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 if __name__ == "__main__":

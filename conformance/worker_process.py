@@ -4,7 +4,8 @@ Both ``parity run`` (``conformance.runner``) and the OpInfo runner
 (``conformance.opinfo_runner``) feed their cases to such a worker and read
 one JSON line back per request: a case that hangs is abandoned by timing
 out ``read``, and a worker that dies raises ``WorkerGone``. The worker's
-first line is its handshake, ``{"ready": true, ...}``.
+first line is its handshake, ``{"ready": true, ...}``. ``exit_with_parent``
+is the worker side: a worker whose runner died ends too.
 """
 
 from __future__ import annotations
@@ -80,3 +81,19 @@ class LineWorker:
             self.proc.wait(timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             self.kill()
+
+
+def exit_with_parent() -> None:
+    """In a worker: end this process when the runner that feeds it dies
+    (even by SIGKILL), so a killed run leaves no worker behind, hung or not."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()

@@ -44,6 +44,9 @@ def compare_values(ref: dict, cand: dict, what: str, rtol: float, atol: float,
     if list(ref["shape"]) != list(cand["shape"]):
         return f"{what}: shape {tuple(cand['shape'])} != reference {tuple(ref['shape'])}"
     a, b = decode(ref["values"]), decode(cand["values"])
+    if a.shape != b.shape:  # values recorded with another shape than the output's (raw DTensor)
+        return (f"{what}: values of shape {b.shape} != reference {a.shape} (recorded shape "
+                f"{tuple(cand['shape'])})")
     if a.dtype != b.dtype:
         same_kind = a.dtype.kind == b.dtype.kind and a.dtype.kind in "iu"
         if not same_kind:

@@ -52,6 +52,15 @@ def test_values_beyond_tolerance_differ_and_say_where():
     assert "index (3, 2)" in v["reason"] and "1 of 48" in v["reason"]
 
 
+def test_values_recorded_with_another_shape_differ_instead_of_crashing():
+    # raw DTensor's unflatten recorded shape (8, 6) with values of another shape
+    odd = output()
+    odd["values"] = encode(np.zeros((8, 1, 4), np.float32))
+    v = verdict_of(entry(), entry(outputs=[odd]))
+    assert v["verdict"] == "values-differ"
+    assert "values of shape (8, 1, 4) != reference (8, 6)" in v["reason"]
+
+
 def test_values_within_tolerance_match():
     near = np.arange(48, dtype=np.float32).reshape(8, 6) * (1 + 1e-7)
     assert verdict_of(entry(), entry(outputs=[output(near)]))["verdict"] == "match"

@@ -46,16 +46,21 @@ status=0
     || status=1
 done_step "tests on torch 2.14.1"
 
+# One case (scaled_dot_product_attention on 2x4 with heads and head dim
+# sharded) takes ~50 s alone before DTensor refuses it; with two runs sharing
+# the 2 cores it can pass the default 60 s limit on one side only, which the
+# diff would call a regression: the version runs get a 300 s limit.
+LIMIT=(--timeout 300)
 step "JAX reference on jax 0.12 and on jax 0.10.2"
-PARITY_JAX_PYTHON=.venv-jax012/bin/python .venv/bin/parity run --backend jax --quiet \
+PARITY_JAX_PYTHON=.venv-jax012/bin/python .venv/bin/parity run --backend jax --quiet "${LIMIT[@]}" \
     --out "$OUT/jax012.json" &
-.venv/bin/parity run --backend jax --quiet --out "$OUT/jax0102.json"
+.venv/bin/parity run --backend jax --quiet "${LIMIT[@]}" --out "$OUT/jax0102.json"
 wait
 done_step "reference runs"
 
 step "parity column on torch 2.13.0 and 2.14.1"
-.venv/bin/parity run --backend torch --quiet --out "$OUT/torch213.json" &
-.venv-torch214/bin/parity run --backend torch --quiet --out "$OUT/torch214.json"
+.venv/bin/parity run --backend torch --quiet "${LIMIT[@]}" --out "$OUT/torch213.json" &
+.venv-torch214/bin/parity run --backend torch --quiet "${LIMIT[@]}" --out "$OUT/torch214.json"
 wait
 done_step "candidate runs"
 

@@ -28,10 +28,22 @@ fi
 done_step "setup torch 2.14.1"
 
 step "setup .venv-jax012 (Python 3.12, newest jax)"
-PY312=$(command -v python3.12 || true)
-if [ -z "$PY312" ] && [ -x "$HOME/.pyenv/versions/3.12.1/bin/python3.12" ]; then
-    PY312="$HOME/.pyenv/versions/3.12.1/bin/python3.12"
+# A working Python 3.12: pyenv's shim for python3.12 exists even where 3.12
+# is not the active pyenv version (then it fails), so try the interpreters
+# themselves first and keep the first one that runs.
+PY312=""
+for candidate in "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/3.12*/bin/python3.12 \
+                 /usr/local/bin/python3.12 /usr/bin/python3.12 "$(command -v python3.12 || true)"; do
+    if [ -n "$candidate" ] && [ -x "$candidate" ] && "$candidate" -c "import venv" >/dev/null 2>&1; then
+        PY312="$candidate"; break
+    fi
+done
+if [ -z "$PY312" ]; then
+    echo "ci_versions: no working python3.12 (tried pyenv's versions/3.12*, /usr/local/bin, /usr/bin, PATH);" \
+         "install Python 3.12 to run the newest JAX" >&2
+    exit 1
 fi
+echo "   python3.12: $PY312"
 if [ ! -x .venv-jax012/bin/python ]; then
     "$PY312" -m venv .venv-jax012
     echo "   installing jax (newest) numpy into .venv-jax012"

@@ -1,9 +1,10 @@
 """Argument parsing for the ``parity`` console script (``parity.cli`` calls ``main``).
 
-    parity run --backend {jax,torch} [--raw] [--cases FILE ...] [--mesh 2x4]
-               [--device cpu|cuda] --out R.json
-    parity compare REF.json CAND.json [--json C.json] [--md C.md] [--html C.html]
-    parity conformance [--out-dir reports]
+    parity run --backend {jax,torch} [--raw | --compile [--compile-backend B]]
+               [--cases FILE ...] [--mesh 2x4] [--device cpu|cuda] --out R.json
+    parity compare REF.json CAND.json [--eager EAGER.json] [--json C.json] [--md C.md]
+                   [--html C.html]
+    parity conformance [--out-dir reports] [--compile]
     parity ops
 
 Bad arguments (a malformed case file, ``--limit 0``, a selection that
@@ -82,6 +83,15 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
                         "recorded as an error (other, Timeout) and the run goes on")
 
 
+def _add_compile(p: argparse.ArgumentParser, text: str) -> None:
+    from conformance.compiled import BACKENDS, DEFAULT_BACKEND
+
+    p.add_argument("--compile", action="store_true", help=text)
+    p.add_argument("--compile-backend", choices=BACKENDS, default=DEFAULT_BACKEND,
+                   help=f"with --compile: the dynamo backend (default {DEFAULT_BACKEND}: "
+                        "AOTAutograd traces forward and backward; eager: dynamo's graph only)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="parity", description="parity: JAX's sharding semantics for PyTorch DTensor, "
@@ -97,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="jax: the reference; torch: parity on DTensor (or --raw)")
     run.add_argument("--raw", action="store_true",
                      help="torch only: plain DTensor, no parity layer (what users get today)")
+    _add_compile(run, "torch only: the compiled column (conformance/run_compiled.py): each op "
+                      "and its loss inside torch.compile(fullgraph=True) under jax_semantics(); "
+                      "a case that does not compile is a compile error, never run eagerly")
     run.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                      help="where torch runs (the JAX reference runs on CPU)")
     run.add_argument("--out", required=True, metavar="R.json",
@@ -123,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("candidate", help="the candidate report, or the newer comparison")
     cmp.add_argument("--reference", dest="diff_reference", metavar="JAX.json",
                      help="diff two candidate reports, each compared with this reference")
+    cmp.add_argument("--eager", metavar="EAGER.json",
+                     help="CAND is the compiled column (parity run --compile): also compare "
+                          "this eager parity report with REF and list the cases whose compiled "
+                          "verdict differs from the eager one (compiled_vs_eager in the JSON)")
     cmp.add_argument("--json", metavar="C.json", help="write the comparison (or diff) JSON")
     cmp.add_argument("--md", metavar="C.md", help="write a Markdown summary")
     cmp.add_argument("--html", metavar="C.html", help="write the HTML report")
@@ -134,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--out-dir", default="reports", help="where reports go (default reports/)")
     conf.add_argument("--strict", action="store_true",
                       help="exit 1 unless every parity case is match or both-reject")
+    _add_compile(conf, "add the compiled column (torch-compiled.json, compiled-vs-jax.*): "
+                       "parity run --compile beside the other three; slow (dynamo traces "
+                       "every case), so off by default")
     _add_selection(conf)
 
     ops = sub.add_parser("ops", help="list the op catalogue", **common)
@@ -202,6 +222,10 @@ def cmd_run(args) -> int:
     if args.raw and args.backend != "torch":
         print("parity run: --raw applies to --backend torch only", file=sys.stderr)
         return 2
+    if args.compile and (args.raw or args.backend != "torch"):
+        print("parity run: --compile applies to --backend torch without --raw (the parity "
+              "column compiled)", file=sys.stderr)
+        return 2
     if args.device == "cuda":
         if args.backend == "jax":
             print("parity run: the JAX reference runs on CPU; compare its CPU report with a "
@@ -215,12 +239,16 @@ def cmd_run(args) -> int:
     cases = load_selected_cases(args)
     check_writable(args.out, "--out")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if args.compile:
+            raise UsageError("--compile runs on simulated ranks only (one process); under "
+                             "torchrun it is not implemented")
         from conformance.multiprocess import run_under_torchrun
 
         return run_under_torchrun(cases, args)
     result = run_cases(cases, args.backend, args.out, raw=args.raw, device=args.device,
                        timeout=args.timeout,
-                       progress=None if args.quiet else "bar" if sys.stderr.isatty() else "lines")
+                       progress=None if args.quiet else "bar" if sys.stderr.isatty() else "lines",
+                       compile_backend=args.compile_backend if args.compile else None)
     print(f"{result['cases']} cases ({result['ok']} ok, {result['error']} error) in "
           f"{result['seconds']:.1f} s -> {result['report']}"
           + (" (interrupted)" if result["interrupted"] else ""))
@@ -265,9 +293,38 @@ def cmd_compare(args) -> int:
     if not shared:
         print(f"parity compare: the two reports share no case id ({len(ref['cases'])} and "
               f"{len(cand['cases'])} cases): every case is missing", file=sys.stderr)
-    write_comparison(comparison, args.json, args.md, args.html)
-    print_summary({candidate_label(comparison): comparison})
+    columns = {candidate_label(comparison): comparison}
+    if args.eager:
+        columns = _with_eager(comparison, ref, args)
+    write_comparison(comparison, args.json, args.md, None)
+    if args.html:
+        from conformance.html import write_html
+
+        write_html(columns, args.html)
+    print_summary(columns)
     return 0 if comparison["ok"] else 1
+
+
+def _with_eager(comparison: dict, ref: dict, args) -> dict[str, dict]:
+    """``--eager``: the eager parity column against the same reference,
+    beside the compiled one; adds ``compiled_vs_eager`` to ``comparison``."""
+    from conformance import compare
+    from conformance.compiled import compiled_vs_eager
+    from conformance.report import load_report
+
+    if not (comparison["candidate"] or {}).get("compile"):
+        raise UsageError(f"--eager: the candidate {args.candidate} is not a compiled column "
+                         "(its header has no \"compile\"; make it with parity run --compile)")
+    try:
+        eager_report = load_report(args.eager)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if eager_report.get("compile") or eager_report.get("column") != "torch":
+        raise UsageError(f"--eager {args.eager}: column {eager_report.get('column')!r}, not "
+                         "the eager parity column 'torch'")
+    eager = compare.compare_reports(ref, eager_report)
+    comparison["compiled_vs_eager"] = compiled_vs_eager(eager, comparison)
+    return {candidate_label(eager): eager, candidate_label(comparison): comparison}
 
 
 def _write_text(path, text: str) -> None:
@@ -295,6 +352,8 @@ def write_comparison(comparison: dict, json_path=None, md_path=None, html_path=N
 def candidate_label(comparison: dict) -> str:
     """The tab name of a comparison: ``parity``, ``raw DTensor``, or the column."""
     cand = comparison.get("candidate") or {}
+    if cand.get("semantics") == "jax_semantics" and cand.get("compile"):
+        return "parity compiled"
     if cand.get("semantics") == "jax_semantics":
         return "parity"
     if cand.get("semantics") == "raw-dtensor":
@@ -318,7 +377,19 @@ def print_summary(columns: dict[str, dict]) -> None:
     table.add_row("[bold]total", *[str(c["total"]) for c in columns.values()])
     table.add_row("chosen-placement notes",
                   *[str(c["chosen_placement_notes"]) for c in columns.values()])
+    if any(c.get("compiled_vs_eager") for c in columns.values()):
+        table.add_row("compiled verdict differs from eager",
+                      *[str(c["compiled_vs_eager"]["differs"]) if c.get("compiled_vs_eager")
+                        else "" for c in columns.values()])
     Console().print(table)
+    for c in columns.values():
+        cross = c.get("compiled_vs_eager")
+        for row in (cross or {}).get("cases", [])[:20]:
+            Console().print(f"  {row['id']}: eager {row['eager']} -> compiled {row['compiled']}: "
+                            f"{row['reason'][:160]}", markup=False, highlight=False)
+        if cross and cross["differs"] > 20:
+            Console().print(f"  ... {cross['differs'] - 20} more (the comparison's JSON / "
+                            "Markdown list them all)")
 
 
 def cmd_ops(args) -> int:

@@ -9,6 +9,7 @@
 | ``error-differs``   | one side failed, or both failed in different categories       |
 | ``both-reject``     | both failed in the same specific category: parity holds       |
 | ``both-other``      | both failed with category ``other`` (a malformed case, a crash, a bug): says nothing about parity, fails the run |
+| ``compile-error``   | the compiled column could not compile the case (error category ``compile``): says nothing about the op's semantics, fails the run |
 | ``missing``         | the case is in only one report                                |
 
 Checked in that order; the first failure is the verdict and its reason
@@ -25,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from conformance.compiled import COMPILE_CATEGORY
 from conformance.values import decode
 
 VERDICTS = ("match", "values-differ", "placement-differs", "grads-differ", "error-differs",
-            "both-reject", "both-other", "missing")
+            "both-reject", "both-other", "compile-error", "missing")
 HOLDS = ("match", "both-reject")  # the verdicts that say parity holds
 SCHEMA = "parity.comparison/1"
 
@@ -114,6 +116,12 @@ def verdict_of(ref: dict | None, cand: dict | None) -> dict[str, Any]:
         return {"verdict": "missing", "reason": f"not in the {side} report", "notes": notes}
     rerr = ref.get("error") if ref.get("status") != "ok" else None
     cerr = cand.get("error") if cand.get("status") != "ok" else None
+    for side, err in (("candidate", cerr), ("reference", rerr)):
+        if err and err.get("category") == COMPILE_CATEGORY:
+            return {"verdict": "compile-error", "notes": notes,
+                    "reason": f"the {side} did not compile ({err.get('stage', 'compile')}, "
+                              f"{err.get('type')}: {_first_line(err.get('message'))})"
+                              + (f"; cause {_first_line(err['cause'])}" if err.get("cause") else "")}
     if rerr or cerr:
         if rerr and cerr:
             if rerr.get("category") == cerr.get("category") == "other":
@@ -207,7 +215,8 @@ def compare_reports(ref: dict, cand: dict) -> dict[str, Any]:
 
 def _header(report: dict) -> dict[str, Any]:
     return {k: report.get(k) for k in ("backend", "column", "device", "mode", "versions",
-                                        "semantics", "api", "interrupted", "started", "tf32")}
+                                        "semantics", "api", "interrupted", "started", "tf32",
+                                        "compile")}
 
 
 def _brief(entry: dict | None) -> dict | None:
@@ -219,7 +228,7 @@ def _brief(entry: dict | None) -> dict | None:
             "outputs": [{k: o.get(k) for k in keep} for o in entry.get("outputs", [])],
             "grads": [{**{k: g.get(k) for k in keep}, "input": g.get("input")}
                       for g in entry.get("grads", [])],
-            "seconds": entry.get("seconds")}
+            "seconds": entry.get("seconds"), "compile": entry.get("compile")}
 
 
 def to_markdown(comparison: dict, title: str = "parity comparison") -> str:
@@ -228,7 +237,9 @@ def to_markdown(comparison: dict, title: str = "parity comparison") -> str:
     lines = [f"# {title}", "",
              f"reference: **{ref.get('column') or ref.get('backend')}** ({ref.get('device')}, "
              f"{ref.get('mode')}) — candidate: **{cand.get('column') or cand.get('backend')}** "
-             f"({cand.get('device')}, {cand.get('mode')}, semantics: {cand.get('semantics')})", "",
+             f"({cand.get('device')}, {cand.get('mode')}, semantics: {cand.get('semantics')}"
+             + (f", torch.compile backend {cand['compile'].get('backend')}, fullgraph="
+                f"{cand['compile'].get('fullgraph')}" if cand.get("compile") else "") + ")", "",
              "| verdict | cases |", "|---|---:|"]
     for v in VERDICTS:
         lines.append(f"| {v} | {comparison['summary'][v]} |")
@@ -244,6 +255,10 @@ def to_markdown(comparison: dict, title: str = "parity comparison") -> str:
             lines += [f"## {heading}", "", "| case | verdict | reason |", "|---|---|---|"]
             lines += [f"| `{c['id']}` | {c['verdict']} | {_cell(c['reason'])} |" for c in group]
             lines.append("")
+    if comparison.get("compiled_vs_eager"):
+        from conformance.compiled import to_markdown as cross_markdown
+
+        lines.append(cross_markdown(comparison["compiled_vs_eager"]))
     return "\n".join(lines) + "\n"
 
 

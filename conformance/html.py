@@ -6,7 +6,10 @@ by verdict and op; for each case its inputs and both sides' outputs and
 gradients drawn as device grids (which slice on which device). A device that
 differs is outlined red when the case does not hold, dashed amber when it is
 only a note (a chosen, non-normative reference placement). The first tab is
-the one it opens on; ``#<tab>|<case id>`` links to a case.
+the one it opens on; ``#<tab>|<case id>`` links to a case. A compiled
+column's tab (``parity compare --eager``, ``parity conformance --compile``)
+also counts the cases whose compiled verdict differs from the eager one;
+click the count to list only those, each with its eager verdict.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from conformance.compare import VERDICTS
 
 COLOURS = {"match": "#3a9d5d", "both-reject": "#8fbf9f", "both-other": "#7a4fa0", "values-differ": "#d64545",
            "placement-differs": "#e8a33d", "grads-differ": "#b565c7",
-           "error-differs": "#d9713a", "missing": "#9a9a9a"}
+           "error-differs": "#d9713a", "compile-error": "#4f6d9a", "missing": "#9a9a9a"}
 
 
 def write_html(comparisons: dict[str, dict], path: str | Path) -> Path:
@@ -40,6 +43,9 @@ def write_html(comparisons: dict[str, dict], path: str | Path) -> Path:
             "cases": [{k: c.get(k) for k in ("id", "op", "verdict", "reason", "notes", "mesh",
                                                "inputs", "kwargs", "grad", "reference", "candidate")}
                       for c in comp["cases"]],
+            # the compiled column beside the eager one (parity compare --eager,
+            # parity conformance --compile): the cases whose verdict differs
+            "cross": comp.get("compiled_vs_eager"),
         }
     html = env.get_template("report.html.j2").render(
         data_json=json.dumps(data, separators=(",", ":")).replace("</", "<\\/"),

@@ -101,12 +101,7 @@ class TorchRunner(CaseRunner):
                 grad_leaves.append((i, x))
             args.append(x)
         fn = op.compile("torch", self.ns, list(kwargs), raw=self.raw)
-        with self.semantics():
-            out = fn(*args, **kwargs)
-            leaves = list(out) if isinstance(out, (tuple, list)) else [out]
-            if grad_leaves:
-                total = sum(leaf.sum() for leaf in leaves)
-                total.backward()
+        leaves = self.call(fn, args, kwargs, bool(grad_leaves))
         outputs = [self.record(o) for o in leaves]
         grads = []
         for index, leaf in grad_leaves:
@@ -116,6 +111,17 @@ class TorchRunner(CaseRunner):
             rec["input"] = index
             grads.append(rec)
         return {"outputs": outputs, "grads": grads}
+
+    def call(self, fn, args: list, kwargs: dict, grad: bool) -> list:
+        """The op's outputs as a list; with ``grad``, ``sum(outputs)`` is
+        differentiated too (``conformance.run_compiled`` compiles this)."""
+        with self.semantics():
+            out = fn(*args, **kwargs)
+            leaves = list(out) if isinstance(out, (tuple, list)) else [out]
+            if grad:
+                total = sum(leaf.sum() for leaf in leaves)
+                total.backward()
+        return leaves
 
     def record(self, x) -> dict[str, Any]:
         """Report form (``records.array_record``, rule null). A raw DTensor

@@ -35,10 +35,13 @@ READY_TIMEOUT_S = 300.0
 class Worker(LineWorker):
     """One worker process for one backend and device count."""
 
-    def __init__(self, backend: str, raw: bool, devices: int, device: str, log) -> None:
+    def __init__(self, backend: str, raw: bool, devices: int, device: str, log,
+                 compile_backend: str | None = None) -> None:
         python = os.environ.get(f"PARITY_{backend.upper()}_PYTHON") or sys.executable
         cmd = [python, "-m", "conformance.worker", "--backend", backend,
                "--devices", str(devices), "--device", device] + (["--raw"] if raw else [])
+        if compile_backend:
+            cmd += ["--compile", compile_backend]
         env = dict(os.environ)
         if python != sys.executable:  # another interpreter (e.g. newer JAX): this checkout first
             root = str(Path(__file__).resolve().parents[1])
@@ -59,16 +62,28 @@ def _failure(case: Case, kind: str, message: str, device: str) -> dict[str, Any]
 
 def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool = False,
               device: str = "cpu", timeout: float = 60.0, progress: bool | str | None = "bar",
-              on_case: Callable[[dict], None] | None = None) -> dict[str, Any]:
+              on_case: Callable[[dict], None] | None = None,
+              compile_backend: str | None = None) -> dict[str, Any]:
     """Run ``cases`` on ``backend`` and write the report ``out``.
 
+    ``compile_backend`` (torch, not raw): the compiled column, each op inside
+    ``torch.compile`` with that dynamo backend (``conformance.run_compiled``).
     Returns a summary ``{"cases", "ok", "error", "seconds", "report"}``.
-    Raises ``RuntimeError`` when the worker cannot start at all.
+    Raises ``RuntimeError`` when the worker cannot start at all, and
+    ``ValueError`` for ``compile_backend`` with ``raw`` or the JAX backend.
     """
+    if compile_backend and (raw or backend != "torch"):
+        raise ValueError(f"compile_backend={compile_backend!r} applies to the parity torch "
+                         f"column only, not backend={backend!r} raw={raw}")
     column = "jax" if backend == "jax" else ("torch-raw" if raw else "torch")
+    extra = {}
+    if compile_backend:
+        from conformance.compiled import COLUMN, compile_header
+
+        column, extra = COLUMN, {"compile": compile_header(compile_backend)}
     mode = "multiprocess" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "simulated"
     header = make_header(backend, column, device, mode, timeout_s=timeout,
-                         case_count=len(cases))
+                         case_count=len(cases), **extra)
     writer = ReportWriter(out, header)
     log_path = Path(str(out) + ".log")
     log = open(log_path, "w")
@@ -88,7 +103,7 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
             worker = None
             for case in group:
                 if worker is None:
-                    worker = Worker(backend, raw, devices, device, log)
+                    worker = Worker(backend, raw, devices, device, log, compile_backend)
                     if not writer.header.get("semantics"):
                         facts = dict(worker.facts)
                         facts["versions"] = {**header["versions"], **facts.get("versions", {})}

@@ -2,6 +2,13 @@
 ``--raw``, each in its own ``parity run`` process (run side by side), then
 both torch columns compared against JAX; ``reports/`` gets the JSON reports,
 the comparisons (JSON, Markdown, one HTML page) and a summary table.
+
+``--compile`` adds a fourth column, ``torch-compiled`` (``parity run
+--compile``: every op inside ``torch.compile`` under ``jax_semantics()``),
+compared against JAX and beside the eager parity column
+(``compiled-vs-jax.{json,md}``, a tab of ``report.html``, and in
+``summary.json`` the count of cases whose compiled verdict differs from the
+eager one). Without it the suite runs the three columns only.
 """
 
 from __future__ import annotations
@@ -20,6 +27,16 @@ COLUMNS = {  # name -> (report file, parity run arguments)
     "torch": ("torch.json", ["--backend", "torch"]),
     "torch-raw": ("torch-raw.json", ["--backend", "torch", "--raw"]),
 }
+COMPILED = "torch-compiled"
+
+
+def columns_for(args) -> dict[str, tuple[str, list[str]]]:
+    """The columns a suite run makes: ``COLUMNS``, plus the compiled column
+    with ``--compile`` (its dynamo backend from ``--compile-backend``)."""
+    if not getattr(args, "compile", False):
+        return dict(COLUMNS)
+    return {**COLUMNS, COMPILED: (f"{COMPILED}.json", [
+        "--backend", "torch", "--compile", "--compile-backend", args.compile_backend])}
 
 
 def _selection_args(args) -> list[str]:
@@ -80,7 +97,8 @@ def _run_suite(args) -> int:
     console = Console(stderr=True)
     started = time.monotonic()
     procs = {}
-    for name, (fname, extra) in COLUMNS.items():
+    columns = columns_for(args)
+    for name, (fname, extra) in columns.items():
         path = out_dir / fname
         path.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "conformance.cli", "run", *extra, "--out", str(path),
@@ -92,7 +110,7 @@ def _run_suite(args) -> int:
         _watch(procs, total, console)
     except KeyboardInterrupt:
         interrupted = True
-        console.print("[yellow]interrupted: stopping the three runs; what finished is kept")
+        console.print(f"[yellow]interrupted: stopping the {len(procs)} runs; what finished is kept")
         for proc, _ in procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)  # parity run writes its report, exits 130
@@ -121,6 +139,9 @@ def _run_suite(args) -> int:
         write_comparison(comparison, out_dir / f"{stem}.json", out_dir / f"{stem}.md",
                          title=f"{label} against JAX")
         comparisons[label] = comparison
+    if COMPILED in columns:
+        comparisons["parity compiled"] = _compiled_comparison(
+            ref, out_dir / columns[COMPILED][0], comparisons["parity"], out_dir, interrupted)
     from conformance.html import write_html
 
     write_html(comparisons, out_dir / "report.html")
@@ -128,11 +149,16 @@ def _run_suite(args) -> int:
     summary = {"wall_seconds": round(wall, 1), "cases": total, "worker_cpu_seconds": cpu,
                "columns": {k: v["summary"] for k, v in comparisons.items()},
                "chosen_placement_notes": {k: v["chosen_placement_notes"] for k, v in comparisons.items()}}
+    if COMPILED in columns:
+        cross = comparisons["parity compiled"]["compiled_vs_eager"]
+        summary["compiled_vs_eager"] = {k: cross[k] for k in ("compile", "same", "differs",
+                                                              "compile_errors")}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     print_summary(comparisons)
     Console().print(f"{total} cases per column; wall time {wall:.0f} s (worker CPU s: "
                     + ", ".join(f"{k} {v}" for k, v in cpu.items()) + f"); reports in {out_dir}/ "
-                    f"(report.html, parity-vs-jax.md, raw-vs-jax.md)")
+                    f"(report.html, parity-vs-jax.md, raw-vs-jax.md"
+                    + (", compiled-vs-jax.md" if COMPILED in columns else "") + ")")
     if interrupted:
         console.print(f"[yellow]interrupted after {wall:.0f} s: the reports, comparisons and "
                       f"report.html in {out_dir}/ hold the cases that finished")
@@ -140,6 +166,23 @@ def _run_suite(args) -> int:
     if args.strict and not comparisons["parity"]["ok"]:
         return 1
     return 1 if failed else 0
+
+
+def _compiled_comparison(ref: dict, path: Path, eager: dict, out_dir: Path,
+                         interrupted: bool) -> dict:
+    """The compiled column against JAX, with ``compiled_vs_eager`` (beside
+    the eager parity comparison ``eager``); written as compiled-vs-jax.*."""
+    from conformance.cli import write_comparison
+    from conformance.compare import compare_reports
+    from conformance.compiled import compiled_vs_eager
+    from conformance.report import load_report
+
+    comparison = compare_reports(ref, load_report(path))
+    comparison["interrupted"] = interrupted
+    comparison["compiled_vs_eager"] = compiled_vs_eager(eager, comparison)
+    write_comparison(comparison, out_dir / "compiled-vs-jax.json", out_dir / "compiled-vs-jax.md",
+                     title="parity compiled against JAX")
+    return comparison
 
 
 def _watch(procs: dict, total: int, console) -> None:

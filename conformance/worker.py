@@ -1,7 +1,8 @@
 """The worker: one backend, one process; a case per stdin line, a result per
 stdout line. ``runner`` watches it (time limit, crashes) and restarts it.
 
-    python -m conformance.worker --backend jax|torch [--raw] --devices 8 [--device cpu]
+    python -m conformance.worker --backend jax|torch [--raw | --compile aot_eager]
+                                 --devices 8 [--device cpu]
 
 The first line out is ``{"ready": true, "facts": {...}}`` (header facts).
 Anything the backends print goes to stderr, so stdout carries only results.
@@ -22,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="conformance.worker")
     parser.add_argument("--backend", choices=("jax", "torch"), required=True)
     parser.add_argument("--raw", action="store_true")
+    parser.add_argument("--compile", metavar="BACKEND",
+                        help="torch: each op inside torch.compile with this dynamo backend")
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
@@ -41,7 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         from conformance import run_torch
 
         stack, facts = run_torch.setup(args.devices, args.device, raw=args.raw)
-        runner = run_torch.TorchRunner(args.devices, args.device, raw=args.raw)
+        if args.compile:
+            from conformance.compiled import compile_header
+            from conformance.run_compiled import CompiledTorchRunner
+
+            runner = CompiledTorchRunner(args.devices, args.device, backend=args.compile)
+            facts["compile"] = compile_header(args.compile)
+        else:
+            runner = run_torch.TorchRunner(args.devices, args.device, raw=args.raw)
     # Test hooks: make one case hang or crash the worker, to prove the watchdog.
     hang_on = os.environ.get("PARITY_CONFORMANCE_HANG_ON")
     crash_on = os.environ.get("PARITY_CONFORMANCE_CRASH_ON")

@@ -1,9 +1,10 @@
 """Generate ``docs/case-format.md`` and ``docs/case-file.schema.json`` from
-the catalogue, so the documented format cannot drift from what ``parity
-run`` accepts:
+the catalogue, and the compiled column's section of ``docs/reports.md`` from
+``conformance.compiled``, so the documented format cannot drift from what
+``parity run`` accepts and writes:
 
-    python -m conformance.case_docs          # rewrite both files
-    python -m conformance.case_docs --check  # exit 1 if either is stale
+    python -m conformance.case_docs          # rewrite the three
+    python -m conformance.case_docs --check  # exit 1 if one is stale
 
 ``tests/test_conformance_case_docs.py`` runs the check.
 """
@@ -22,6 +23,7 @@ from conformance.values import DTYPES
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "case-format.md"
 SCHEMA = ROOT / "docs" / "case-file.schema.json"
+REPORTS_DOC = ROOT / "docs" / "reports.md"  # only its generated compiled-column section
 
 HEAD = """# Case files
 
@@ -118,12 +120,25 @@ def render_schema() -> str:
     return json.dumps(json_schema(), indent=1) + "\n"
 
 
+def render_reports_doc() -> str:
+    """``docs/reports.md`` with its generated compiled-column section
+    (``conformance.compiled.render_doc_section``) rewritten in place."""
+    from conformance.compiled import DOC_BEGIN, DOC_END, render_doc_section
+
+    text = REPORTS_DOC.read_text()
+    start, end = text.find(DOC_BEGIN), text.find(DOC_END)
+    if start < 0 or end < start:
+        raise ValueError(f"{REPORTS_DOC}: no {DOC_BEGIN!r} ... {DOC_END!r} section to generate")
+    return text[:start] + render_doc_section() + text[end + len(DOC_END):]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.case_docs")
     parser.add_argument("--check", action="store_true", help="exit 1 if a file is stale")
     args = parser.parse_args(argv)
     stale = []
-    for path, text in ((DOC, render_doc()), (SCHEMA, render_schema())):
+    for path, text in ((DOC, render_doc()), (SCHEMA, render_schema()),
+                       (REPORTS_DOC, render_reports_doc())):
         if args.check:
             if not path.exists() or path.read_text() != text:
                 stale.append(str(path.relative_to(ROOT)))

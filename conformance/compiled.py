@@ -118,3 +118,48 @@ def to_markdown(cross: dict[str, Any]) -> str:
 
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")[:300]
+
+
+DOC_BEGIN = "<!-- begin generated: compiled column (python -m conformance.case_docs) -->"
+DOC_END = "<!-- end generated: compiled column -->"
+
+
+def render_doc_section() -> str:
+    """The compiled column's part of ``docs/reports.md`` (between ``DOC_BEGIN``
+    and ``DOC_END``), from ``compile_header`` and this module's constants, so
+    the documented header and records cannot drift from what ``parity run
+    --compile`` writes. ``python -m conformance.case_docs`` writes it."""
+    lines = [DOC_BEGIN, "",
+             f"Column `{COLUMN}`; the header's `\"compile\"` field, per `--compile-backend` "
+             f"(default `{DEFAULT_BACKEND}`):", "",
+             "| key | " + " | ".join(f"`{b}`" for b in BACKENDS) + " |",
+             "|---|" + "---|" * len(BACKENDS)]
+    headers = [compile_header(b) for b in BACKENDS]
+    for key in headers[0]:
+        lines.append(f"| `{key}` | " + " | ".join(_cell(json_text(h[key])) for h in headers) + " |")
+    lines += ["",
+              "Each case that compiled adds `\"compile\": {\"graphs\", \"graph_ops\", \"seconds\"}` "
+              "(graphs dynamo handed to the backend, their call nodes, the compiled call's "
+              "seconds). A case that did not compile has `\"status\": \"error\"` and "
+              f"`\"error\": {{\"category\": \"{COMPILE_CATEGORY}\", \"stage\", \"type\", "
+              "\"message\", \"cause\"}`: `stage` is `compile` (the compiled call: a graph break "
+              "under fullgraph, a backend failure, or `NoGraph` when no graph was built) or "
+              "`backward` (the compiled backward), `type` the compiler's exception, `cause` the "
+              "innermost exception it wraps. An op error raised while dynamo traced (a "
+              "`parity.ParityError`, or a DTensor message `conformance.errors` knows) keeps its "
+              "own category and adds `wrapped_in`: the dynamo exception that carried it.", "",
+              "`parity compare` gives a compile error the verdict `compile-error` (it does not "
+              "hold). With `--eager EAGER.json` (the eager parity report) the comparison JSON "
+              "gets `\"compiled_vs_eager\": {\"eager_column\", \"compiled_column\", \"compile\", "
+              "\"same\", \"differs\", \"compile_errors\", \"cases\"}`, `cases` listing each case "
+              "whose compiled verdict differs from the eager one (`id`, `op`, `eager`, "
+              "`compiled`, `reason`, `eager_reason`); the Markdown and the HTML tab show it.",
+              "", DOC_END]
+    return "\n".join(lines)
+
+
+def json_text(value: Any) -> str:
+    """A header value as the JSON it is written as (strings bare)."""
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value)

@@ -166,3 +166,13 @@ def test_conformance_adds_the_compiled_column_only_with_compile():
     compiled = columns_for(argparse.Namespace(compile=True, compile_backend="eager"))
     assert list(compiled) == [*COLUMNS, COMPILED]
     assert compiled[COMPILED][1] == ["--backend", "torch", "--compile", "--compile-backend", "eager"]
+
+
+def test_the_reports_doc_has_the_generated_compiled_section_with_every_header_key():
+    from conformance import case_docs
+    from conformance.compiled import BACKENDS, render_doc_section
+
+    text = case_docs.REPORTS_DOC.read_text()
+    assert render_doc_section() in text  # `python -m conformance.case_docs --check` guards it
+    for key in compile_header(BACKENDS[0]):
+        assert f"| `{key}` |" in render_doc_section()

@@ -141,3 +141,17 @@ def test_an_error_raised_outside_the_compiler_is_an_op_error():
         raise RuntimeError("a DTensor op failed at run time")
     except RuntimeError as err:
         assert compile_failure(err) is None
+
+
+def test_conformance_with_compile_adds_the_compiled_column_beside_eager(tmp_path):
+    out = tmp_path / "reports"
+    proc = parity_cli("conformance", "--compile", "--op", "add", "-k", "/8/div/x,_|_,x",
+                      "--out-dir", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["columns"]["parity compiled"]["match"] == 1
+    assert summary["compiled_vs_eager"]["differs"] == 0
+    assert summary["compiled_vs_eager"]["compile"]["backend"] == "aot_eager"
+    assert load_report(out / "torch-compiled.json")["column"] == "torch-compiled"
+    assert "## Compiled column beside eager" in (out / "compiled-vs-jax.md").read_text()
+    assert 'data-col="parity compiled"' in (out / "report.html").read_text()

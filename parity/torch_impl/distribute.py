@@ -18,7 +18,7 @@ from parity.errors import MeshMismatchError, ParityError
 from parity.layout import TensorLayout
 from parity.torch_impl import devices, meshes, state
 from parity.torch_impl.donation import check_not_donated
-from parity.torch_impl.gather import evenly_sharded, flatten_for, gather_whole
+from parity.torch_impl.gather import evenly_sharded, gather_whole, merged_redistribute
 from parity.torch_impl.torch_compat import rank_map
 from parity.torch_impl.tensors import (
     as_host_tensor,
@@ -63,8 +63,8 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
                 first=x.device_mesh, second=torch_mesh,
             )
         x = resolve_pending(x)
-        flatten_for(x)  # one all_gather, not one per mesh axis, where DTensor can merge
-        return x.redistribute(torch_mesh, placements_of(layout))
+        # one all_gather, not one per mesh axis, where DTensor can merge
+        return merged_redistribute(x, placements_of(layout))
     host = as_host_tensor(x)
     layout.check_shape(host.shape)
     shards = layout.shards(host.shape)
@@ -122,8 +122,7 @@ def all_gather_variable(x: Any) -> DTensor:
     x = resolve_pending(require_dtensor(x, "all_gather_variable"))
     if (x.requires_grad and torch.is_grad_enabled()) or not evenly_sharded(x):
         # DTensor's redistribute: differentiable, and it handles uneven blocks.
-        flatten_for(x)
-        return x.redistribute(x.device_mesh, [Replicate()] * x.device_mesh.ndim)
+        return merged_redistribute(x, [Replicate()] * x.device_mesh.ndim)
     whole = gather_whole(x)  # one collective over the flattened group
     spec = result_spec(x.device_mesh, ((),) * x.ndim, x.shape, x.dtype)
     return DTensor.__new__(DTensor, whole, spec, requires_grad=False)

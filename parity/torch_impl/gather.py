@@ -10,41 +10,63 @@ gathered blocks are put in place with one reshape and permute: block index
 on a dim split over ``(a, b)`` is ``coord[a] * size[b] + coord[b]``, so the
 gathered buffer, viewed as (sizes of those mesh axes in mesh order) +
 block shape, needs only its axes reordered to (a, b, block dim) per dim.
+
+The flattened mesh is kept out of the root mesh's ``_flatten_mapping``:
+DTensor looks flattened meshes up there to merge a redistribute's
+all_gathers, and torch asserts ("_StridedShard redistribute assumes no
+flattened transforms") when it finds one for a redistribute that involves a
+strided shard (a view of a dim split over two mesh axes makes one). It is
+registered only for the duration of ``merged_redistribute``, and only when
+neither side of that redistribute holds a strided shard.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.placement_types import Placement
 
 from parity.torch_impl import state
 from parity.torch_impl.group_ops import Group, all_gather_block
 from parity.torch_impl.meshes import mesh_axis_names
 from parity.torch_impl.tensors import spec_of
+from parity.torch_impl.torch_compat import flatten_registry
 
-# (id(mesh), mesh dims) -> (mesh, group): holding the mesh keeps its id unique.
-_groups: dict[tuple, tuple[TorchMesh, Group]] = {}
+# (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
+# unique; name is the flattened mesh's name (None for a single mesh dim).
+_groups: dict[tuple, tuple[TorchMesh, Group, str | None]] = {}
 
 
 def _group(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> Group:
     """The group of ``mesh_dims`` of ``mesh``, flattened into one when there
     are several (created on first use: every rank gathers in the same order,
     so every rank creates it at the same point)."""
+    return _entry(mesh, mesh_dims)[1]
+
+
+def _entry(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> tuple[TorchMesh, Group, str | None]:
     key = (id(mesh), mesh_dims)
     found = _groups.get(key)
     if found is not None and found[0] is mesh:
-        return found[1]
+        return found
     direct = state.mode() == "multiprocess"
     if len(mesh_dims) == 1:
-        group = Group(mesh, mesh_dims[0], direct)
+        entry = (mesh, Group(mesh, mesh_dims[0], direct), None)
     else:
         picked = tuple(mesh_axis_names(mesh)[m] for m in mesh_dims)
-        group = Group(mesh[picked]._flatten("parity_flat:" + ",".join(picked)), 0, direct)
-    _groups[key] = (mesh, group)
-    return group
+        name = "parity_flat:" + ",".join(picked)
+        flat = mesh[picked]._flatten(name)
+        registry = flatten_registry(mesh)
+        if registry is not None and registry.get(name) is flat:
+            del registry[name]  # see the module docstring
+        entry = (mesh, Group(flat, 0, direct), name)
+    _groups[key] = entry
+    return entry
 
 
 def sharding_mesh_dims(x: DTensor) -> tuple[int, ...]:
@@ -54,13 +76,39 @@ def sharding_mesh_dims(x: DTensor) -> tuple[int, ...]:
     return tuple(sorted(names.index(a) for entry in spec for a in entry))
 
 
-def flatten_for(x: DTensor) -> None:
-    """Create the flattened group of the mesh dims that shard ``x``, so that
-    DTensor's own ``redistribute`` to replicated merges its all_gathers into
-    one where it can (torch looks flattened meshes up by layout)."""
+def _strided(placements: Sequence[Placement]) -> bool:
+    return any(type(p).__name__ == "_StridedShard" for p in placements)
+
+
+@contextlib.contextmanager
+def _registered(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> Iterator[None]:
+    """The flattened mesh of ``mesh_dims`` in the root mesh's registry while
+    the block runs (nothing when this torch has no registry)."""
+    _, group, name = _entry(mesh, mesh_dims)
+    registry = flatten_registry(mesh)
+    if registry is None or name is None or name in registry:
+        yield
+        return
+    registry[name] = group.mesh
+    try:
+        yield
+    finally:
+        if registry.get(name) is group.mesh:
+            del registry[name]
+
+
+def merged_redistribute(x: DTensor, placements: Sequence[Placement]) -> DTensor:
+    """``x.redistribute(x.device_mesh, placements)`` (differentiable), with
+    the flattened mesh of the mesh dims that shard ``x`` visible to DTensor
+    for that one call, so that it merges its all_gathers into one where it
+    can (torch looks flattened meshes up by layout). Not when either side
+    holds a strided shard: torch's merge asserts on those."""
     dims = sharding_mesh_dims(x)
-    if len(dims) > 1:
-        _group(x.device_mesh, dims)
+    placements = tuple(placements)
+    if len(dims) < 2 or _strided(x.placements) or _strided(placements):
+        return x.redistribute(x.device_mesh, placements)
+    with _registered(x.device_mesh, dims):
+        return x.redistribute(x.device_mesh, placements)
 
 
 def evenly_sharded(x: DTensor) -> bool:

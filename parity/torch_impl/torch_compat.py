@@ -64,3 +64,12 @@ maybe_disable_local_tensor_mode: Callable[[], contextlib.AbstractContextManager]
     _local_tensor, "maybe_disable_local_tensor_mode", _disable_local_tensor_mode)
 """A context in which simulated ranks' tensors are plain again (no-op outside
 simulation)."""
+
+
+def flatten_registry(mesh) -> dict | None:
+    """The root mesh's registry of flattened meshes (name -> mesh), where
+    DTensor's redistribute looks for one to merge its collectives into (torch
+    2.10+: ``DeviceMesh._flatten_mapping``); ``None`` on a torch that keeps
+    no such registry on the mesh (and merges no collectives)."""
+    registry = getattr(mesh._get_root_mesh(), "_flatten_mapping", None)
+    return registry if isinstance(registry, dict) else None

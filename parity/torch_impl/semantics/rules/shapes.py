@@ -83,9 +83,27 @@ def reshape(call: Call) -> Plan:
             result.append(None if new is None else R.fit_to_shape(new, o.shape, sizes))
         return result
 
+    if any(spec) and R.reshape_spec(shape, spec, _reshaped_shape(call, x), sizes) is None:
+        # JAX's rule has no answer (auto mode reshards): reshape the gathered
+        # array. DTensor's view would make strided shards here, whose
+        # gradient its view rules cannot bring back (and whose redistribute
+        # asserts once a flattened mesh exists).
+        return Plan({loc: ((),) * x.ndim}, outputs, linear=True)
     strided = {p.dim for p in x.placements if type(p).__name__ == "_StridedShard"}
     inputs = {loc: R.replicate_dims(spec, strided)} if strided else {}
     return Plan(inputs, outputs, linear=True)
+
+
+def _reshaped_shape(call: Call, x: DTensor) -> tuple[int, ...]:
+    """The output shape of the reshape-family ``call``, from the same call on
+    meta tensors of the operands' shapes (torch's own -1 inference, dim
+    wrapping and argument errors)."""
+    def meta(t):
+        return torch.empty(t.shape, dtype=t.dtype, device="meta") if isinstance(t, DTensor) else t
+
+    args = tuple(meta(a) for a in call.args)
+    kwargs = {k: meta(v) for k, v in call.kwargs.items()}
+    return tuple(getattr(torch.Tensor, call.name)(*args, **kwargs).shape)
 
 
 @rule_for(*torch_ops("cat", "concat", "concatenate", "stack"))

@@ -68,7 +68,8 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
 
     ``compile_backend`` (torch, not raw): the compiled column, each op inside
     ``torch.compile`` with that dynamo backend (``conformance.run_compiled``).
-    Returns a summary ``{"cases", "ok", "error", "seconds", "report"}``.
+    Returns a summary ``{"cases", "ok", "error", "seconds", "report"}`` (and
+    ``compile_error``, the errors that are compile errors, when compiled).
     Raises ``RuntimeError`` when the worker cannot start at all, and
     ``ValueError`` for ``compile_backend`` with ``raw`` or the JAX backend.
     """
@@ -128,6 +129,8 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
                 entry.setdefault("seconds", round(time.monotonic() - t0, 4))
                 writer.add(entry)
                 counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+                if compile_backend and (entry.get("error") or {}).get("category") == "compile":
+                    counts["compile_error"] = counts.get("compile_error", 0) + 1
                 if on_case:
                     on_case(entry)
                 bar.advance(entry)

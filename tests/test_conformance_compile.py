@@ -40,9 +40,12 @@ def runs(tmp_path_factory):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for name, extra in (("jax", ["--backend", "jax"]), ("torch", ["--backend", "torch"]),
                             ("compiled", ["--backend", "torch", "--compile"]))]
+    outs = []
     for proc in procs:
         out, _ = proc.communicate(timeout=900)
         assert proc.returncode == 0, out
+        outs.append(out)
+    (d / "compiled.out").write_text(outs[-1])
     compare = parity_cli("compare", str(d / "jax.json"), str(d / "compiled.json"), "--eager",
                          str(d / "torch.json"), "--json", str(d / "c.json"), "--md",
                          str(d / "c.md"), "--html", str(d / "c.html"))
@@ -84,6 +87,8 @@ def test_a_case_that_does_not_compile_is_a_compile_error_not_an_eager_result(run
     assert "bincount" in case["error"]["message"]
     assert "compile" not in case  # no graph was built: no compile statistics
     assert _cases(d / "torch.json")["bincount/8/div/_"]["status"] == "ok"  # eager runs it
+    assert ("3 cases (2 ok, 1 error, 1 of them compile errors (torch.compile backend "
+            "aot_eager))") in (d / "compiled.out").read_text()
 
 
 def test_compare_shows_the_compiled_verdicts_beside_eager_and_lists_the_difference(runs):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -15,6 +16,7 @@ from conformance.html import write_html
 from conformance.suite import COMPILED, COLUMNS, columns_for
 from conformance.values import encode
 from parity.cli import main
+from test_conformance_html import _dom, needs_chromium
 
 import numpy as np
 
@@ -40,7 +42,10 @@ def _report(column, entries, compile_backend=None):
               "semantics": None if column == "jax" else "jax_semantics"}
     if compile_backend:
         header["compile"] = compile_header(compile_backend)
-    return {**header, "cases": [{"id": i, "op": i.split("/")[0], **e} for i, e in entries.items()]}
+    case = {"mesh": {"shape": [4], "axis_names": ["x"]}, "kwargs": {}, "grad": False,
+            "inputs": [{"shape": [4], "dtype": "float32", "layout": [None]}]}
+    return {**header, "cases": [{"id": i, "op": i.split("/")[0], **case, **e}
+                                for i, e in entries.items()]}
 
 
 def _three_columns():
@@ -176,3 +181,16 @@ def test_the_reports_doc_has_the_generated_compiled_section_with_every_header_ke
     assert render_doc_section() in text  # `python -m conformance.case_docs --check` guards it
     for key in compile_header(BACKENDS[0]):
         assert f"| `{key}` |" in render_doc_section()
+
+
+@needs_chromium
+def test_the_compiled_tab_in_a_browser_counts_and_lists_the_cases_that_differ_from_eager(tmp_path):
+    ref, eager, compiled = _three_columns()
+    e, c = compare_reports(ref, eager), compare_reports(ref, compiled)
+    c["compiled_vs_eager"] = compiled_vs_eager(e, c)
+    dom = _dom(write_html({"parity": e, "parity compiled": c}, tmp_path / "r.html"),
+               "parity%20compiled|bincount%2Fb")
+    assert re.search(r'id="cross-count"[^>]*><b>2</b>compiled ≠ eager', dom)
+    assert "<th>eager verdict</th>" in dom
+    assert "torch.compile backend aot_eager, fullgraph=true" in dom
+    assert re.search(r"<h2>bincount/b <span[^>]*>compile-error</span>", dom)

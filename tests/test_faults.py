@@ -23,6 +23,7 @@ from parity.errors import ParityError
 from parity.errors import LostRankError
 from parity.torch_impl import watchdog
 from parity.torch_impl.fault_diagnosis import is_distributed_error
+from subprocess_env import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,9 +38,9 @@ def start_ranks(script: str, args: list[str], world: int, tmp_path: Path, extra_
     port = free_port()
     procs, logs = [], []
     for rank in range(world):
-        env = dict(
-            os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **(extra_env or {}),
+        env = child_env(
+            RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port), **(extra_env or {}),
         )
         log = open(tmp_path / f"rank{rank}.log", "w+")
         logs.append(log)
@@ -184,8 +185,8 @@ if sys.argv[1] == "raise":
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("how,destroyed", [("return", True), ("raise", False)])
 def test_the_process_group_initialize_started_is_destroyed_at_a_normal_exit(how, destroyed):
-    env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), PYTHONPATH=str(ROOT))
+    env = child_env(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=str(free_port()))
     proc = subprocess.run([sys.executable, "-c", _EXIT_PROBE, how], env=env,
                           capture_output=True, text=True, timeout=120)
     assert f"initialized at exit: {not destroyed}" in proc.stdout, proc.stdout + proc.stderr

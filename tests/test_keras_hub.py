@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from subprocess_env import child_env
 
 pytestmark = [
     pytest.mark.keras_hub,
@@ -46,7 +47,7 @@ STEPS = "2"
 
 
 def launch(backend: str, configs, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = child_env(KERAS_BACKEND=backend)
     env["XLA_FLAGS"] = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
     return subprocess.Popen(
         [sys.executable, str(DRIVER), "--configs", ",".join(configs), "--steps", STEPS, *args],

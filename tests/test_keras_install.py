@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from subprocess_env import child_env
 
 pytestmark = [
     pytest.mark.skipif(
@@ -33,7 +34,7 @@ NAMES = re.findall(r"^def (check_\w+)\(", CHECKS_FILE.read_text(), re.M)
 
 @pytest.fixture(scope="module")
 def check_results() -> dict[str, tuple[str, str]]:
-    env = dict(os.environ, KERAS_BACKEND="torch", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = child_env(KERAS_BACKEND="torch")
     proc = subprocess.run([sys.executable, str(CHECKS_FILE)], env=env, capture_output=True,
                           text=True, timeout=500, cwd=ROOT)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]

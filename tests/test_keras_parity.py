@@ -23,6 +23,7 @@ import numpy as np
 
 import pytest
 from conftest import needs_keras_extra
+from subprocess_env import child_env
 
 pytestmark = [
     needs_keras_extra,
@@ -48,7 +49,7 @@ def parse_results(out: str) -> tuple[dict[str, dict], list[str]]:
 
 
 def launch(backend: str, *args: str, configs=CONFIGS) -> subprocess.Popen:
-    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = child_env(KERAS_BACKEND=backend)
     # Cheaper XLA compiles on CPU (values unchanged within the tolerances);
     # the driver adds the 8-device flag.
     env["XLA_FLAGS"] = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"

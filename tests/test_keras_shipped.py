@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_keras_extra
+from subprocess_env import child_env
 
 pytestmark = [
     needs_keras_extra,
@@ -32,7 +33,7 @@ EXCEPTIONS = {
 
 
 def run(backend: str, out: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = child_env()
     return subprocess.Popen(
         [sys.executable, str(HARNESS), backend, str(out)], env=env, cwd=ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

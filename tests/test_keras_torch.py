@@ -17,6 +17,7 @@ from pathlib import Path
 import importlib.util
 
 import pytest
+from subprocess_env import child_env
 
 pytestmark = [
     pytest.mark.skipif(
@@ -32,7 +33,7 @@ NAMES = re.findall(r"^def (check_\w+)\(", CHECKS_FILE.read_text(), re.M)
 
 
 def run_keras(script: Path, backend: str, *args: str, timeout: float = 600) -> str:
-    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = child_env(KERAS_BACKEND=backend)
     proc = subprocess.run(
         [sys.executable, str(script), *args], env=env, capture_output=True, text=True,
         timeout=timeout, cwd=ROOT,

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from subprocess_env import child_env
 
 pytestmark = pytest.mark.multiprocess
 
@@ -33,10 +34,9 @@ def free_port() -> int:
 
 
 def clean_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items()
+    env = {k: v for k, v in child_env(**extra).items()
            if not k.startswith(("KERAS_DISTRIBUTION_", "TORCHELASTIC_"))
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **extra)
     return env
 
 

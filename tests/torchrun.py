@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from subprocess_env import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +19,7 @@ def run_torchrun(
     ``env`` adds variables to the ranks' environment. Raises ``AssertionError``
     with the output when any rank fails.
     """
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **(env or {}))
+    env = child_env(**(env or {}))
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc_per_node={nproc}", str(ROOT / "tests" / "multiprocess" / script), *args,

@@ -166,6 +166,9 @@ def _run(fn):
 
 
 if __name__ == "__main__":
+    from keras_under_test import assert_keras_under_test
+
+    assert_keras_under_test()
     print("KERAS_VERSION " + keras.version(), flush=True)
     for fn in CHECKS:
         if not sys.argv[1:] or fn.__name__ in sys.argv[1:]:

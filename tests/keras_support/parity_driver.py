@@ -256,4 +256,7 @@ def main():
 
 
 if __name__ == "__main__":
+    from keras_under_test import assert_keras_under_test
+
+    assert_keras_under_test()
     main()

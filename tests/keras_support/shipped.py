@@ -130,4 +130,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from keras_under_test import assert_keras_under_test
+
+    assert_keras_under_test()
     sys.exit(main(sys.argv[1:]))

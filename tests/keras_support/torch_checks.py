@@ -386,4 +386,7 @@ def _run(fn):
 
 
 if __name__ == "__main__":
+    from keras_under_test import assert_keras_under_test
+
+    assert_keras_under_test()
     main(sys.argv[1:])

@@ -1,0 +1,53 @@
+"""Keras's own torch distribution, without parity (issue 12, point 3): the
+"Keras's own torch" column of the README's table, run on a Keras that ships
+``keras.src.backend.torch.distribution_lib`` (the pinned keras-nightly,
+through ``scripts/keras_versions.sh``). The checks are in
+``tests/keras_support/keras_own_checks.py`` and run in one subprocess; each
+is one test here. On keras 3.15.1, which has no torch distribution, they skip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from test_keras_torch import run_keras
+
+
+def _keras_has_own_torch_distribution() -> bool:
+    if importlib.util.find_spec("keras") is None or importlib.util.find_spec("torch") is None:
+        return False
+    # Looked up on disk: importing keras.src here would start Keras's default
+    # backend (TensorFlow) in the test process.
+    (keras_dir,) = importlib.util.find_spec("keras").submodule_search_locations
+    return (Path(keras_dir) / "src" / "backend" / "torch" / "distribution_lib.py").is_file()
+
+
+pytestmark = [
+    pytest.mark.skipif(not _keras_has_own_torch_distribution(),
+                       reason="this Keras has no torch distribution_lib of its own (keras-nightly has)"),
+    pytest.mark.timeout(600),
+]
+CHECKS_FILE = Path(__file__).resolve().parent / "keras_support" / "keras_own_checks.py"
+NAMES = re.findall(r"^def (check_\w+)\(", CHECKS_FILE.read_text(), re.M)
+
+
+@pytest.fixture(scope="module")
+def check_results() -> dict[str, tuple[str, str]]:
+    results = {}
+    for line in run_keras(CHECKS_FILE, "torch").splitlines():
+        if line.startswith("CHECK "):
+            _, name, status, *rest = line.split(" ", 3)
+            results[name] = (status, json.loads(rest[0]) if rest else "")
+    return results
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_keras_own_torch_distribution(check_results, name):
+    assert name in check_results, f"{name} did not run"
+    status, message = check_results[name]
+    assert status == "ok", message

@@ -489,6 +489,11 @@ def test_no_strategy_lets_other_errors_through():
      "no-strategy"),
     ("aten.add.Tensor got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to "
      "DTensor before calling distributed operators!", "mixed"),
+    # torch/distributed/tensor/_dispatch.py (torch 2.13)
+    ("as_strided not supported with DTensor", "no-strategy"),
+    # c10/core/TensorImpl.h, raised by DTensor's tensor_split by a plain tensor of indices
+    ("The tensor has a non-zero number of elements, but its data is not allocated yet.",
+     "no-strategy"),
     ("This operation would remove or reshape sharded dimension 1, which requires "
      "redistribution. Please redistribute the input first.  Sharding propagation failed for "
      "aten.view.default", "placements"),

@@ -230,3 +230,63 @@ def test_segment_reduce_is_refused_with_a_parity_error(mesh):
     x = put(host((8,)), ("data",), mesh)
     with ti.jax_semantics(), pytest.raises(parity.UnsupportedOpError, match="segment_reduce"):
         torch.segment_reduce(x, "max", lengths=torch.tensor([4, 4]))
+
+
+def test_advanced_index_gradient_over_a_sharded_dim(mesh):
+    a = host((4, 4, 4))
+    x = put(a, ("data", None, None), mesh, grad=True)
+    with ti.jax_semantics():
+        y = x[[1, 2]]
+        (y * y).sum().backward()
+    ref_x = plain(a, grad=True)
+    (ref_x[[1, 2]] ** 2).sum().backward()
+    np.testing.assert_allclose(ti.to_numpy(y), a[[1, 2]], rtol=1e-6)
+    assert_grad_placed(x, ref_x.grad.numpy())
+
+
+def test_tensor_split_by_a_tensor_of_indices(mesh):
+    a = host((4, 4, 4))
+    x = put(a, ("data", None, None), mesh)
+    with ti.jax_semantics():
+        pieces = torch.tensor_split(x, torch.tensor([1, 3, 3]))
+    want = torch.tensor_split(plain(a), torch.tensor([1, 3, 3]))
+    assert len(pieces) == len(want)
+    for got, ref in zip(pieces, want):
+        np.testing.assert_array_equal(ti.to_numpy(got), ref.numpy())
+
+
+def test_as_strided_runs_on_the_gathered_values(mesh):
+    a = np.arange(16, dtype=np.float32)
+    x = put(a, ("data",), mesh)
+    with ti.jax_semantics():
+        y = torch.as_strided(x, (2, 2, 2, 2), (1, 1, 1, 1))
+    np.testing.assert_array_equal(ti.to_numpy(y),
+                                  torch.as_strided(plain(a), (2, 2, 2, 2), (1, 1, 1, 1)).numpy())
+
+
+def test_as_strided_gradient_is_refused_with_a_parity_error(mesh):
+    x = put(np.arange(16, dtype=np.float32), ("data",), mesh, grad=True)
+    with ti.jax_semantics(), pytest.raises(parity.UnsupportedOpError, match="as_strided"):
+        torch.as_strided(x, (2, 2), (1, 2))
+
+
+def test_group_norm_gradient_with_sharded_channels(mesh):
+    a = host((1, 6, 4))
+    x = put(a, (None, "data", None), mesh, grad=True)
+    with ti.jax_semantics():
+        y = F.group_norm(x, 2)
+        (y * y).sum().backward()
+    ref_x = plain(a, grad=True)
+    ref = F.group_norm(ref_x, 2)
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(ti.to_numpy(y), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert_grad_placed(x, ref_x.grad.numpy())
+
+
+def test_squeeze_copy_keeps_the_sharded_dim(mesh):
+    a = host((4, 1, 4, 1))
+    x = put(a, (None, None, "model", None), mesh)
+    with ti.jax_semantics():
+        y = torch.squeeze_copy(x)
+    np.testing.assert_array_equal(ti.to_numpy(y), a.squeeze())
+    assert ti.describe(y).spec == ((), ("model",))

@@ -24,6 +24,13 @@ a bug) and propagates.
 | no-strategy   | ``Sharding propagation failed`` | ``_sharding_prop``: any other failure   |
 |               |                                 | (e.g. an output size that depends on    |
 |               |                                 | the data: ``masked_select``)            |
+| no-strategy   | ``not supported with DTensor``  | ``_dispatch``: ``as_strided`` (DTensor  |
+|               |                                 | refuses it outright)                    |
+| no-strategy   | ``data is not allocated yet``   | c10's ``TensorImpl``: DTensor's         |
+|               |                                 | propagation reads the values of a plain |
+|               |                                 | index operand it holds without storage  |
+|               |                                 | (``tensor_split`` by a tensor of        |
+|               |                                 | indices)                                |
 | mixed         | ``got mixed torch.Tensor and    | ``_dispatch``: a plain tensor (made     |
 |               | DTensor``                       | inside a composite op) met a DTensor    |
 
@@ -41,6 +48,8 @@ PHRASES: tuple[tuple[str, str], ...] = (
     ("placements", "unevenly sharded"),
     ("no-strategy", "does not have a sharding strategy registered"),
     ("no-strategy", "Sharding propagation failed"),
+    ("no-strategy", "not supported with DTensor"),
+    ("no-strategy", "data is not allocated yet"),
     ("mixed", "got mixed torch.Tensor and DTensor"),
 )
 

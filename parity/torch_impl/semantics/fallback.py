@@ -54,6 +54,8 @@ Known-wrong strategies (torch 2.13), with what goes wrong:
 | ``slice_scatter``, ``select_scatter``| any sharded      | backward: "got mixed          |
 | ``diagonal_scatter``,                |                  | torch.Tensor and DTensor"     |
 | ``as_strided_scatter`` (gradient)    |                  | (plain zeros made inside)     |
+| ``squeeze_copy``                     | a dim after the  | placements of a dim the       |
+|                                      | squeezed one     | output does not have          |
 | conv family (``conv*d``,             | sharded spatial  | wrong shape/values; backward  |
 | ``conv_transpose*d``)                | dim or weight    | "Stride must be 1 ..." -- the |
 |                                      |                  | conv rule gathers those dims  |
@@ -93,6 +95,8 @@ KNOWN_WRONG = frozenset({
     torch.slice_scatter, torch.Tensor.slice_scatter, torch.diagonal_scatter,
     torch.Tensor.diagonal_scatter, torch.select_scatter, torch.Tensor.select_scatter,
     torch.as_strided_scatter, torch.Tensor.as_strided_scatter,
+    # an output whose placements name a dim it does not have (Shard(2) of a 2-d result)
+    torch.squeeze_copy,
 })
 
 
@@ -108,6 +112,7 @@ BACKWARD_MISSING = frozenset(
         "max_pool3d_with_indices", "_max_pool3d", "hardshrink", "hardsigmoid", "hardswish",
         "hardtanh", "local_response_norm", "logsigmoid", "log_sigmoid", "relu6", "softshrink",
         "multilabel_soft_margin_loss", "prelu", "ormqr", "take", "native_group_norm",
+        "group_norm",
         # backward makes plain tensors that meet the DTensor gradient
         "cummax", "cummin", "index_put", "trace")]
     + [torch.linalg.householder_product, torch.linalg.vander]
@@ -117,6 +122,12 @@ BACKWARD_MISSING = frozenset(
 # differs from the unsharded op (segment_reduce reads uninitialised memory
 # for some offsets on the simulated ranks). UnsupportedOpError, never a value.
 REFUSED = frozenset({torch.segment_reduce, torch._segment_reduce})
+
+# Ops whose gradient parity refuses (UnsupportedOpError): as_strided's
+# backward is defined on the operand's storage geometry, which the gathered
+# copy the fallback computes on does not share (over simulated ranks it came
+# back divided by the number of ranks). The forward runs on the gathered copy.
+GRAD_REFUSED = frozenset({torch.as_strided, torch.Tensor.as_strided})
 
 
 @torch._dynamo.assume_constant_result
@@ -167,6 +178,13 @@ def _placements(args: tuple, kwargs: dict) -> tuple:
     return tuple(found)
 
 
+def _needs_grad(args: tuple, kwargs: dict) -> bool:
+    found = []
+    tree_map(lambda v: found.append(v) if isinstance(v, DTensor) and v.requires_grad else None,
+             (args, kwargs))
+    return bool(found)
+
+
 def _refuse_inplace(func: Any, args: tuple, kwargs: dict, why: str) -> None:
     name = getattr(func, "__name__", "") or ""
     inplace = (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
@@ -191,6 +209,14 @@ def run_replicated(func: Any, args: tuple, kwargs: dict, mesh, why: str) -> Any:
     results replicated DTensors on ``mesh``. Differentiable. ``why`` (for
     the in-place refusal) says why the fallback runs."""
     _refuse_inplace(func, args, kwargs, why)
+    if func in GRAD_REFUSED and torch.is_grad_enabled() and _needs_grad(args, kwargs):
+        placements = _placements(args, kwargs)
+        raise UnsupportedOpError(
+            f"the gradient of {op_name(func)} on DTensors (placements {placements}) is not "
+            "supported: it depends on the operand's storage layout, which a sharded operand "
+            "does not have. Run it without a gradient, or on plain tensors.",
+            op=op_name(func), placements=placements, reason="gradient depends on storage layout",
+        )
 
     def local(value):
         if isinstance(value, DTensor):

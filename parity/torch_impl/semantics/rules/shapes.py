@@ -71,7 +71,7 @@ def transpose_property(call: Call) -> Plan:
 
 
 @rule_for(*torch_ops("reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "view_as",
-                     "reshape_as", "ravel"))
+                     "reshape_as", "ravel", "squeeze_copy"))
 def reshape(call: Call) -> Plan:
     loc, x = call.only_self()
     spec, shape, sizes = S.spec_of(x), tuple(x.shape), call.sizes
@@ -103,7 +103,8 @@ def _reshaped_shape(call: Call, x: DTensor) -> tuple[int, ...]:
 
     args = tuple(meta(a) for a in call.args)
     kwargs = {k: meta(v) for k, v in call.kwargs.items()}
-    return tuple(getattr(torch.Tensor, call.name)(*args, **kwargs).shape)
+    fn = getattr(torch.Tensor, call.name, None) or getattr(torch, call.name)
+    return tuple(fn(*args, **kwargs).shape)
 
 
 @rule_for(*torch_ops("cat", "concat", "concatenate", "stack"))

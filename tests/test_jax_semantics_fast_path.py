@@ -131,3 +131,21 @@ def test_signatures_tell_scalar_types_and_options_apart(mesh):
     assert len(keys) == 6
     assert fast_path.signature(torch.mul, (x, torch.ones(16)), {}, False) is None
     assert fast_path.signature(torch.mul, (x, np.ones(16)), {}, False) is None
+
+
+def test_a_passthrough_call_skips_the_rule_and_is_remembered_by_function(mesh, rule_calls):
+    x = put(host((8, 16)), ("data", "model"), mesh)
+    with ti.jax_semantics():
+        sizes = [x.size() for _ in range(3)]
+    assert sizes == [torch.Size([8, 16])] * 3 and rule_calls == []
+    assert [getattr(f, "__name__", None) for f in fast_path.DIRECT] == ["size"]
+
+
+def test_a_backward_entry_point_is_never_remembered_as_direct_or_clean(mesh):
+    x = put(host((8, 16)), ("data", "model"), mesh, requires_grad=True)
+    with ti.jax_semantics():
+        for _ in range(2):
+            (x * 2.0).sum().backward()
+    remembered = list(fast_path.DIRECT) + [key[0] for key in fast_path.CLEAN]
+    assert torch.Tensor.backward not in remembered
+    assert ti.describe(x.grad).spec == (("data",), ("model",))

@@ -28,23 +28,29 @@ _LIMIT = 8192  # signatures kept; the cache is emptied when it fills
 _KEYED = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device,
                     torch.memory_format, torch.layout})
 CLEAN: dict[tuple, bool] = {}  # signatures of clean calls (read by the mode)
+# Functions the mode hands to torch untouched whatever their arguments
+# (metadata, autograd plumbing: the mode's passthrough names), by function.
+DIRECT: dict[Any, bool] = {}
+_grad_enabled = torch.is_grad_enabled
 
 
-def signature(func: Any, args: tuple, kwargs: dict, defer: bool) -> tuple | None:
+def signature(func: Any, args: tuple, kwargs: dict | None, defer: bool) -> tuple | None:
     """What decides the mode's work for this call, or ``None`` when some
     argument cannot be keyed (the call then always takes the full path)."""
-    grad = torch.is_grad_enabled()
+    grad = _grad_enabled()
     parts: list = [func, grad, defer]
+    append = parts.append
     for value in args:
-        if isinstance(value, DTensor):  # the common case, inlined: this runs per op
-            parts.append(value._spec)
-            parts.append(grad and value.requires_grad and value.is_leaf)
+        if type(value) is DTensor:  # the common case, inlined: this runs per op
+            append(value._spec)
+            append(grad and value.requires_grad and value.is_leaf)
         elif not _add(parts, value, grad):
             return None
-    for name, value in kwargs.items():
-        parts.append(name)
-        if not _add(parts, value, grad):
-            return None
+    if kwargs:
+        for name, value in kwargs.items():
+            append(name)
+            if not _add(parts, value, grad):
+                return None
     return tuple(parts)
 
 
@@ -72,6 +78,14 @@ def remember(key: tuple) -> None:
     CLEAN[key] = True
 
 
+def remember_direct(func: Any) -> None:
+    """Record ``func`` as one the mode passes through untouched."""
+    if len(DIRECT) >= _LIMIT:
+        DIRECT.clear()
+    DIRECT[func] = True
+
+
 def forget_all() -> None:
-    """Empty the cache (tests; a changed rule set)."""
+    """Empty the caches (tests; a changed rule set)."""
     CLEAN.clear()
+    DIRECT.clear()

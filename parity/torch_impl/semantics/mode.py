@@ -77,6 +77,10 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.options: list[dict] = []
         self.mode: _JaxSemanticsMode | None = None
+        self.defer = False  # the innermost scope's option, read per op
+
+    def set_options(self) -> None:
+        self.defer = bool(self.options) and self.options[-1]["defer"]
 
 
 _state = _State()
@@ -99,6 +103,7 @@ class JaxSemantics:
 
     def __enter__(self) -> "JaxSemantics":
         _state.options.append({"defer": self.defer})
+        _state.set_options()
         if _state.mode is None:
             mode = _JaxSemanticsMode()
             mode.__enter__()
@@ -109,6 +114,7 @@ class JaxSemantics:
         if not _state.options:
             return
         _state.options.pop()
+        _state.set_options()
         if not _state.options and _state.mode is not None:
             mode, _state.mode = _state.mode, None
             mode.__exit__(None, None, None)
@@ -165,28 +171,46 @@ def _name_of(func) -> str | None:
     return getattr(func, "__name__", None)
 
 
+_is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to True
+
+
 class _JaxSemanticsMode(TorchFunctionMode):
     @compile_support.skip_alone  # inlined when traced, never compiled op by op
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if not _is_compiling():
+            # Eager, cheapest first: a passthrough function, then a call
+            # already proven clean (fast_path), run directly. Neither ever
+            # holds a backward entry point (see _eager).
+            if func in fast_path.DIRECT:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            key = fast_path.signature(func, args, kwargs, _state.defer)
+            if key is not None and key in fast_path.CLEAN:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            return _eager(func, args, kwargs or {}, key)
         kwargs = kwargs or {}
         if compile_support.runs_untraced(func):  # backward: never traced by dynamo
             return compile_support.run_untraced(func, args, kwargs)
-        if torch.compiler.is_compiling():
-            name, key = _name_of(func), None
-        else:
-            # Eager: a call already proven clean runs directly (fast_path).
-            name = getattr(func, "__name__", None)
-            if name in _PASSTHROUGH and not _ruled_property(name, func):
-                return func(*args, **kwargs)
-            key = fast_path.signature(func, args, kwargs, _defer())
-            if key is not None and key in fast_path.CLEAN:
-                return func(*args, **kwargs)
+        name = _name_of(func)
         if name in _PASSTHROUGH and not _ruled_property(name, func):
             return func(*args, **kwargs)
         mesh = operands.find_mesh(args, kwargs)
         if mesh is None:
             return func(*args, **kwargs)
-        return _run(func, name or "", args, kwargs, mesh, key)
+        return _run(func, name or "", args, kwargs, mesh, None)
+
+
+def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
+    """An eager call that is not known clean: the whole rule."""
+    if compile_support.runs_untraced(func):  # backward: never traced by dynamo
+        return compile_support.run_untraced(func, args, kwargs)
+    name = getattr(func, "__name__", None)
+    if name in _PASSTHROUGH and not _ruled_property(name, func):
+        fast_path.remember_direct(func)
+        return func(*args, **kwargs)
+    mesh = operands.find_mesh(args, kwargs)
+    if mesh is None:
+        return func(*args, **kwargs)
+    return _run(func, name or "", args, kwargs, mesh, key)
 
 
 def _ruled_property(name: str | None, func) -> bool:
@@ -196,7 +220,7 @@ def _ruled_property(name: str | None, func) -> bool:
 
 
 def _defer() -> bool:
-    return bool(_state.options) and _state.options[-1]["defer"]
+    return _state.defer
 
 
 def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = None) -> Any:

@@ -14,7 +14,10 @@ inputs that require grad).
 
 ``donate=True`` (JAX's ``donate_argnums``): ``x`` is consumed. ``all_reduce``
 reduces ``x``'s local buffer in place (multi-process) and returns it as the
-result; every collective then marks ``x`` invalid, so a later use raises
+result; ``all_gather`` and ``reduce_scatter``, whose result differs in size,
+leave ``x``'s block to a later collective's output of its size
+(``donation.take``: a gather and a scatter in turn allocate nothing). Every
+collective then marks ``x`` invalid, so a later use raises
 ``DonatedArrayError`` (``parity.torch_impl.donation``). Simulated ranks
 compute functionally (their blocks are ``LocalTensor``s) and invalidate
 ``x`` alike.
@@ -32,7 +35,7 @@ from parity.errors import IndivisibleError, ParityError
 from parity.layout import spec_without_axis
 from parity.torch_impl import state
 from parity.torch_impl.distribute import require_dtensor
-from parity.torch_impl.donation import DonatedTensor, invalidate
+from parity.torch_impl.donation import DonatedTensor, donate_block, invalidate, take
 from parity.torch_impl.group_ops import Group, all_gather_block, all_reduce_block
 from parity.torch_impl.group_ops import reduce_scatter_block
 from parity.torch_impl.meshes import mesh_axis_names
@@ -43,19 +46,33 @@ from parity.torch_impl.tensors import spec_of
 class _Plan:
     """What one (input spec, collective, op, axis name, axis) needs per call."""
 
-    __slots__ = ("pending", "group", "axis", "to_float", "out_spec", "kind", "marker")
+    __slots__ = ("pending", "group", "axis", "to_float", "out_spec", "kind", "marker",
+                 "out_local", "reuse")
 
     def __init__(self, pending: bool, group: Group | None = None, axis: int = 0,
-                 to_float: bool = False, out_spec: Any = None, kind: str = "") -> None:
+                 to_float: bool = False, out_spec: Any = None, kind: str = "",
+                 out_local: torch.Size | None = None) -> None:
         self.pending, self.group, self.axis = pending, group, axis
         self.to_float, self.out_spec, self.kind = to_float, out_spec, kind
         self.marker: DonatedTensor | None = None
+        # The local result's shape; whether it may go into a kept donated
+        # block (multi-process, the collective writes one contiguous buffer).
+        self.out_local = out_local
+        self.reuse = group is not None and group.direct and axis == 0
 
-    def donate(self, x: DTensor) -> None:
-        """Invalidate ``x``, donated to this collective."""
+    def donate(self, x: DTensor, keep: bool) -> None:
+        """Invalidate ``x``, donated to this collective; ``keep``: its block
+        may serve a later output (``donation.donate_block``)."""
         if self.marker is None:
             self.marker = DonatedTensor(x._local_tensor, self.kind)
-        invalidate(x, self.marker)
+        if keep and self.group.direct:
+            donate_block(x, self.marker)
+        else:
+            invalidate(x, self.marker)
+
+    def output_buffer(self, like: torch.Tensor) -> torch.Tensor | None:
+        """A kept donated block to write the result into, or ``None``."""
+        return take(self.out_local, like.dtype, like.device) if self.reuse else None
 
 
 # Keyed on the torch mesh's identity besides the (value-compared) spec: the
@@ -96,7 +113,8 @@ def _build_plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _P
         local[axis] //= group.size
     shape = global_shape_from_local(local, out_spec, tuple(mesh.shape), names)
     dtype = torch.float32 if to_float else x.dtype  # lax.pmean of integers is float32
-    return _Plan(False, group, axis, to_float, result_spec(mesh, out_spec, shape, dtype), kind)
+    return _Plan(False, group, axis, to_float, result_spec(mesh, out_spec, shape, dtype), kind,
+                 torch.Size(local))
 
 
 def _plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
@@ -115,7 +133,7 @@ def _plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
 
 def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTensor, _Plan]:
     x = require_dtensor(x, kind)
-    if x.requires_grad and torch.is_grad_enabled():
+    if torch.is_grad_enabled() and x.requires_grad:
         # A gradient through these would be wrong (DTensor's from_local and
         # the collective's own backward each count the replicas), and a
         # detached result would silently drop x's share of the gradient.
@@ -152,24 +170,28 @@ def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None, *,
     if plan.to_float:
         local = local.to(torch.float32)
     out = all_reduce_block(local, op, plan.group, in_place=donate)
+    del local
     if donate:
-        plan.donate(x)
+        plan.donate(x, keep=False)  # its buffer is the result (multi-process)
     return _result(out, plan)
 
 
 def all_gather(x: Any, axis: int, axis_name: str, *, donate: bool = False) -> DTensor:
     """``lax.all_gather(block, axis_name, axis=axis, tiled=True)``: blocks
     concatenated along ``axis`` in the order of the ``axis_name`` coordinate.
-    ``donate=True`` invalidates ``x`` (its buffer is freed once unreferenced;
-    the result is larger, so it cannot live in it).
+    ``donate=True`` invalidates ``x`` and keeps its block for a later
+    collective's output of its size (see the module docstring). The result
+    (``axis`` 0, multi-process) goes into such a kept block where one fits.
 
     Raises ``LayoutError`` for an unknown axis name or an axis out of range,
     ``DonatedArrayError`` for a donated ``x``.
     """
     x, plan = _prepare(x, "all_gather", "sum", axis_name, axis)
-    out = all_gather_block(x._local_tensor, plan.axis, plan.group)
+    local = x._local_tensor
+    out = all_gather_block(local, plan.axis, plan.group, plan.output_buffer(local))
+    del local  # a donated block is kept only when nothing else refers to it
     if donate:
-        plan.donate(x)
+        plan.donate(x, keep=True)
     return _result(out, plan)
 
 
@@ -178,7 +200,9 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
     """``lax.psum_scatter(block, axis_name, scatter_dimension=axis, tiled=True)``
     (with ``op`` in sum, mean, max, min): the device at coordinate k of
     ``axis_name`` gets the reduction of chunk k of every block in its group.
-    ``donate=True`` invalidates ``x``.
+    ``donate=True`` invalidates ``x`` and keeps its block for a later
+    collective's output of its size; the result (``axis`` 0,
+    multi-process) goes into such a kept block where one fits.
 
     Raises ``LayoutError`` for an unknown axis name, op or an axis out of
     range, ``IndivisibleError`` when the block's ``axis`` does not divide by
@@ -188,7 +212,8 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
     local = x._local_tensor
     if plan.to_float:
         local = local.to(torch.float32)
-    out = reduce_scatter_block(local, op, plan.axis, plan.group)
+    out = reduce_scatter_block(local, op, plan.axis, plan.group, plan.output_buffer(local))
+    del local  # a donated block is kept only when nothing else refers to it
     if donate:
-        plan.donate(x)
+        plan.donate(x, keep=True)
     return _result(out, plan)

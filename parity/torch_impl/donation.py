@@ -4,10 +4,22 @@ input is then invalid. Its local tensor is replaced by a ``DonatedTensor``
 of the same shape and dtype that raises ``DonatedArrayError`` on any use
 (an op, ``to_local()``, ``to_numpy``, another collective), so a stale value
 is never read silently.
+
+A donated block that cannot hold the call's own result (``all_gather``'s
+output is larger, ``reduce_scatter``'s smaller) is kept, when nothing else
+can see it, for a later collective's output of the same shape and dtype
+(``take``): a loop of donating collectives -- a gather and a scatter in
+turn, as in a sharded training step -- then allocates nothing, as the raw
+calls into preallocated outputs do. "Nothing else can see it": no other
+Python reference to the block (``x.to_local()`` held by the caller), no
+other tensor on its storage (a view, or the block a view of a larger
+buffer). At most ``POOL_SIZE`` blocks are kept (the oldest go first);
+``release_buffers()`` drops them.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -18,8 +30,8 @@ from parity.errors import DonatedArrayError
 
 def _message(what: str) -> str:
     return (f"This array was donated to {what}(..., donate=True): its buffer now holds "
-            "that call's result, so it cannot be used again. Fix: use the value the call "
-            "returned, or call it without donate=True.")
+            "that call's result or another array's, so it cannot be used again. Fix: use "
+            "the value the call returned, or call it without donate=True.")
 
 
 class DonatedTensor(torch.Tensor):
@@ -64,3 +76,50 @@ def check_not_donated(x: DTensor) -> None:
     local = x._local_tensor
     if type(local) is DonatedTensor:
         raise DonatedArrayError(_message(local._donated_to), what=local._donated_to)
+
+
+POOL_SIZE = 4
+_pool: dict[tuple, torch.Tensor] = {}  # (shape, dtype, device) -> a kept block, oldest first
+# One tensor on the storage, plus the Python storage object asked for the count.
+_UNSHARED_STORAGE_USES = 2
+_storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def donate_block(x: DTensor, marker: DonatedTensor) -> None:
+    """Invalidate ``x`` (see ``invalidate``) and keep its local block for a
+    later ``take`` when nothing else can see it (see the module docstring)."""
+    local = x._local_tensor
+    x._local_tensor = marker
+    # References to ``local`` now: this frame's and getrefcount's argument.
+    if sys.getrefcount(local) > 2 or not _sole_tensor_on_storage(local):
+        return
+    key = (local.shape, local.dtype, local.device)
+    _pool.pop(key, None)
+    if len(_pool) >= POOL_SIZE:
+        del _pool[next(iter(_pool))]
+    _pool[key] = local
+
+
+def _sole_tensor_on_storage(t: torch.Tensor) -> bool:
+    if _storage_use_count is None or type(t) is not torch.Tensor or t._base is not None:
+        return False
+    if not t.is_contiguous() or t.storage_offset() != 0:
+        return False
+    storage = t.untyped_storage()
+    return (storage.nbytes() == t.numel() * t.element_size()
+            and _storage_use_count(storage._cdata) == _UNSHARED_STORAGE_USES)
+
+
+def take(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+    """A kept donated block of this shape, dtype and device (no longer
+    kept), or ``None``. Its version counter is bumped: an autograd graph
+    that saved it raises instead of reading the new values."""
+    block = _pool.pop((shape, dtype, device), None)
+    if block is not None:
+        torch.autograd.graph.increment_version(block)
+    return block
+
+
+def release_buffers() -> None:
+    """Drop every kept donated block."""
+    _pool.clear()

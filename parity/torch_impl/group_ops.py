@@ -58,13 +58,17 @@ def all_reduce_block(block: torch.Tensor, op: str, g: Group, *, in_place: bool =
     return out
 
 
-def all_gather_block(block: torch.Tensor, axis: int, g: Group) -> torch.Tensor:
-    """The group's blocks concatenated along ``axis`` in group-rank order."""
+def all_gather_block(block: torch.Tensor, axis: int, g: Group,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+    """The group's blocks concatenated along ``axis`` in group-rank order.
+    ``out`` (multi-process, ``axis`` 0): a contiguous buffer of the result's
+    shape to gather into instead of a new one."""
     block = block.contiguous()
     if not g.direct:
         return funcol.wait_tensor(funcol_all_gather_single(block, axis, (g.mesh, g.mesh_dim)))
     moved = block if axis == 0 else block.movedim(axis, 0).contiguous()
-    out = moved.new_empty((g.size * moved.shape[0],) + tuple(moved.shape[1:]))
+    if out is None or axis != 0:
+        out = moved.new_empty((g.size * moved.shape[0],) + tuple(moved.shape[1:]))
     dist_all_gather_single(out, moved, group=g.group)
     if axis == 0:
         return out
@@ -72,14 +76,18 @@ def all_gather_block(block: torch.Tensor, axis: int, g: Group) -> torch.Tensor:
     return torch.cat([c.movedim(0, axis) for c in out.chunk(g.size, 0)], dim=axis)
 
 
-def reduce_scatter_block(block: torch.Tensor, op: str, axis: int, g: Group) -> torch.Tensor:
-    """Chunk k (along ``axis``) of the group's reduction, on group rank k."""
+def reduce_scatter_block(block: torch.Tensor, op: str, axis: int, g: Group,
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+    """Chunk k (along ``axis``) of the group's reduction, on group rank k.
+    ``out`` (multi-process, ``axis`` 0): a contiguous buffer of the result's
+    shape to reduce into instead of a new one."""
     block = block.contiguous()
     if not g.direct:
         return funcol.wait_tensor(
             funcol_reduce_scatter_single(block, _FUNCOL_OPS[op], axis, (g.mesh, g.mesh_dim)))
     moved = block if axis == 0 else block.movedim(axis, 0).contiguous()
-    out = moved.new_empty((moved.shape[0] // g.size,) + tuple(moved.shape[1:]))
+    if out is None or axis != 0:
+        out = moved.new_empty((moved.shape[0] // g.size,) + tuple(moved.shape[1:]))
     dist_reduce_scatter_single(out, moved, _DIST_OPS[op], group=g.group)
     if op == "mean":
         out.div_(g.size)

@@ -1,0 +1,120 @@
+"""Per-call work of the collectives on a ``fake`` process group (one process
+as rank 0 of 4, collectives are no-ops): what each call allocates and
+resolves, counted, never timed. Each test runs in a child process (the
+process group is process-wide)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETUP = """
+import json
+import torch, torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+import parity
+from parity import torch_impl as ti
+from parity.torch_impl import collectives, donation
+dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
+mesh = parity.DeviceMesh((4,), ("x",))
+layout = parity.TensorLayout(("x",), mesh)
+torch.set_grad_enabled(False)
+def block(n=1024):
+    return ti.distribute_data_input(torch.ones(n), layout)
+def ptr(t):
+    return t.to_local().data_ptr()
+def fresh(n=1024):  # a block of n elements on its own storage (a collective's output)
+    return ti.all_gather(block(n // 4), 0, "x")
+"""
+
+
+def run(body: str) -> dict:
+    script = SETUP + textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_gather_and_a_scatter_in_turn_with_donation_reuse_two_buffers():
+    out = run("""
+        x, seen = fresh(), set()
+        for _ in range(6):
+            y = ti.all_gather(x, 0, "x", donate=True)
+            seen.add(ptr(y))
+            x = ti.reduce_scatter(y, 0, "x", donate=True)
+            seen.add(ptr(x))
+        out = {"buffers": len(seen)}
+    """)
+    # The first gather's output and the first input's block: nothing allocated after.
+    assert out["buffers"] == 2
+
+
+def test_without_donation_every_gather_allocates():
+    out = run("""
+        x, seen, keep = block(), set(), []
+        for _ in range(4):
+            y = ti.all_gather(x, 0, "x")
+            keep.append(y)
+            seen.add(ptr(y))
+        out = {"buffers": len(seen)}
+    """)
+    assert out["buffers"] == 4
+
+
+def test_a_donated_block_the_caller_still_holds_is_not_reused():
+    out = run("""
+        x = fresh()
+        held = x.to_local()
+        before = held.clone()
+        y = ti.all_gather(x, 0, "x", donate=True)
+        z = ti.reduce_scatter(y, 0, "x")      # an output of held's size
+        out = {"reused": ptr(z) == held.data_ptr(), "unchanged": bool(torch.equal(held, before))}
+    """)
+    assert out == {"reused": False, "unchanged": True}
+
+
+def test_a_donated_block_viewed_elsewhere_is_not_reused():
+    out = run("""
+        x = fresh()
+        alias = torch.empty(0).set_(x.to_local().untyped_storage())  # same storage, no _base
+        y = ti.all_gather(x, 0, "x", donate=True)
+        z = ti.reduce_scatter(y, 0, "x")
+        out = {"reused": ptr(z) == alias.data_ptr()}
+    """)
+    assert out == {"reused": False}
+
+
+def test_kept_blocks_are_bounded_and_released():
+    out = run("""
+        for n in range(4, 4 + 2 * donation.POOL_SIZE):
+            ti.all_reduce(block(4 * n), "sum", axis_name="x")  # no donation: keeps nothing
+            ti.all_gather(fresh(4 * n), 0, "x", donate=True)
+        kept = len(donation._pool)
+        donation.release_buffers()
+        out = {"kept": kept, "after_release": len(donation._pool)}
+    """)
+    assert out["kept"] == 4 and out["after_release"] == 0  # POOL_SIZE
+
+
+def test_repeated_calls_resolve_their_plan_once():
+    out = run("""
+        built = []
+        real = collectives._build_plan
+        def counting(*args):
+            built.append(args[1])
+            return real(*args)
+        collectives._build_plan = counting
+        x = block()
+        for _ in range(5):
+            ti.all_reduce(x, "sum", axis_name="x")
+            ti.all_gather(x, 0, "x")
+            ti.reduce_scatter(x, 0, "x")
+        out = {"built": sorted(built)}
+    """)
+    assert out["built"] == ["all_gather", "all_reduce", "reduce_scatter"]

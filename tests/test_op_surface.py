@@ -290,3 +290,34 @@ def test_squeeze_copy_keeps_the_sharded_dim(mesh):
         y = torch.squeeze_copy(x)
     np.testing.assert_array_equal(ti.to_numpy(y), a.squeeze())
     assert ti.describe(y).spec == ((), ("model",))
+
+
+def test_sgn_gradient_reads_back_as_zeros(mesh):
+    x = put(host((8, 8)), (None, None), mesh, grad=True)
+    with ti.jax_semantics():
+        torch.sgn(x).sum().backward()
+    assert_grad_placed(x, np.zeros((8, 8), np.float32))
+
+
+def test_cumprod_gradient(mesh):
+    a = np.abs(host((8, 8))) + 0.5
+    x = put(a, ("data", "model"), mesh, grad=True)
+    with ti.jax_semantics():
+        torch.cumprod(x, dim=0).sum().backward()
+    ref_x = plain(a, grad=True)
+    torch.cumprod(ref_x, dim=0).sum().backward()
+    assert_grad_placed(x, ref_x.grad.numpy())
+
+
+def test_kron_with_a_dim_split_over_two_axes_out_of_mesh_order(sim8):
+    mesh = parity.DeviceMesh((2, 2, 2), ("a", "b", "c"))
+    ha, hb = host((4, 8)), host((2, 4), 1)
+    b = put(hb, (None, ("c", "b")), mesh, grad=True)
+    with ti.jax_semantics():
+        y = torch.kron(put(ha, (None, None), mesh), b)
+        y.sum().backward()
+    np.testing.assert_allclose(ti.to_numpy(y), np.kron(ha, hb), rtol=1e-5, atol=1e-5)
+    assert ti.describe(y).spec == ((), ())
+    ref_b = plain(hb, grad=True)
+    torch.kron(plain(ha), ref_b).sum().backward()
+    assert_grad_placed(b, ref_b.grad.numpy())

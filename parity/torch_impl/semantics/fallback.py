@@ -56,6 +56,8 @@ Known-wrong strategies (torch 2.13), with what goes wrong:
 | ``as_strided_scatter`` (gradient)    |                  | (plain zeros made inside)     |
 | ``squeeze_copy``                     | a dim after the  | placements of a dim the       |
 |                                      | squeezed one     | output does not have          |
+| ``kron``                             | a dim split over | strided placements no         |
+|                                      | two mesh axes    | ``PartitionSpec`` describes   |
 | conv family (``conv*d``,             | sharded spatial  | wrong shape/values; backward  |
 | ``conv_transpose*d``)                | dim or weight    | "Stride must be 1 ..." -- the |
 |                                      |                  | conv rule gathers those dims  |
@@ -97,6 +99,8 @@ KNOWN_WRONG = frozenset({
     torch.as_strided_scatter, torch.Tensor.as_strided_scatter,
     # an output whose placements name a dim it does not have (Shard(2) of a 2-d result)
     torch.squeeze_copy,
+    # composite (reshapes inside): strided placements that no PartitionSpec describes
+    torch.kron,
 })
 
 
@@ -114,7 +118,7 @@ BACKWARD_MISSING = frozenset(
         "multilabel_soft_margin_loss", "prelu", "ormqr", "take", "native_group_norm",
         "group_norm",
         # backward makes plain tensors that meet the DTensor gradient
-        "cummax", "cummin", "index_put", "trace")]
+        "cummax", "cummin", "index_put", "trace", "cumprod")]
     + [torch.linalg.householder_product, torch.linalg.vander]
 )
 

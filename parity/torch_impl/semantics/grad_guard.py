@@ -8,7 +8,9 @@ and every leaf -- then receives a materialized *plain* zero tensor and fails
 with ``AttributeError: ... has no attribute '_local_tensor'``. ``guard(x)``
 inserts a node between the two that turns an undefined gradient into DTensor
 zeros laid out as ``x``, so the gradient still reaches the leaf with the
-leaf's placement.
+leaf's placement. A gradient whose blocks are torch's ZeroTensor (the
+gradient of ``sgn``) is made real zeros the same way: a ZeroTensor cannot be
+read back (``to_numpy``) or accumulated into in place.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ class _Guard(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
         shape, dtype, mesh, placements = ctx.meta
+        if grad is not None and _zero_tensor(grad._local_tensor if isinstance(grad, DTensor)
+                                             else grad):
+            grad = None  # a ZeroTensor: no numpy, no in-place ops; real zeros below
         if isinstance(grad, DTensor):
             return grad
         if grad is None:
@@ -35,6 +40,15 @@ class _Guard(torch.autograd.Function):
         # a plain gradient here is the full value on every rank
         full = DTensor.from_local(grad, mesh, [Replicate()] * mesh.ndim, run_check=False)
         return full.redistribute(mesh, placements)
+
+
+def _zero_tensor(block: torch.Tensor) -> bool:
+    """Whether ``block`` is torch's ZeroTensor (``sgn``'s gradient), or
+    simulated ranks' blocks that are."""
+    blocks = getattr(block, "_local_tensors", None)  # LocalTensor: one per rank
+    if blocks is not None:
+        return any(b._is_zerotensor() for b in blocks.values())
+    return block._is_zerotensor()
 
 
 def guard(x: DTensor) -> DTensor:

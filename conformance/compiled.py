@@ -28,11 +28,14 @@ COLUMN = "torch-compiled"
 BACKENDS = ("aot_eager", "eager")  # CPU-cheap dynamo backends; aot_eager traces the backward too
 DEFAULT_BACKEND = "aot_eager"
 
+_TANGENTS = ("; the backward is torch.autograd.backward([loss, *outputs], [ones, *zeros_like("
+             "outputs)]): over simulated ranks autograd's own zero tangents for the returned "
+             "outputs are LocalTensors, which AOTAutograd refuses")
 BACKWARD_NOTE = {
     "aot_eager": ("loss.backward() runs AOTAutograd's backward graph of the compiled "
-                  "forward+loss (traced at compile time, not eager autograd)"),
+                  "forward+loss (traced at compile time, not eager autograd)" + _TANGENTS),
     "eager": ("loss.backward() runs eager autograd through the graph dynamo captured "
-              "(backend 'eager' builds no backward graph)"),
+              "(backend 'eager' builds no backward graph)" + _TANGENTS),
 }
 
 

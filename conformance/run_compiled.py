@@ -112,6 +112,25 @@ def op_error_under_compile(err: BaseException) -> BaseException:
     return err
 
 
+def _backward(total: torch.Tensor, leaves: list) -> None:
+    """``total.backward()``, with explicit zero tangents for the outputs.
+
+    The compiled function returns the outputs beside ``total``, so its
+    backward graph wants a tangent for each. ``total.backward()`` leaves
+    autograd to make zeros for them, and over simulated ranks those zeros
+    are ``LocalTensor``s, not DTensors: AOTAutograd's backward refuses them
+    ("we encountered a tensor subclass where we guessed its metadata
+    incorrectly ... got LocalTensor", torch 2.13). Zeros shaped by each
+    output (``zeros_like``: its placements) add nothing to the gradient. The
+    outputs are not detached inside the compiled function instead: with
+    ``aot_eager`` a detached reduction output then holds FakeTensors
+    (``.numpy() is not supported for tensor subclasses`` when read).
+    """
+    outputs = [total] + [x for x in leaves if isinstance(x, torch.Tensor) and x.requires_grad]
+    tangents = [torch.ones_like(total)] + [torch.zeros_like(x) for x in outputs[1:]]
+    torch.autograd.backward(outputs, tangents)
+
+
 class CompiledTorchRunner(TorchRunner):
     """The parity column, each op compiled (module docstring)."""
 
@@ -144,9 +163,7 @@ class CompiledTorchRunner(TorchRunner):
             out = fn(*a, **kw)
             leaves = list(out) if isinstance(out, (tuple, list)) else [out]
             total = sum(leaf.sum() for leaf in leaves) if grad else None
-            # The outputs are recorded, not differentiated: detached, the
-            # backward of ``total`` needs no tangent for them.
-            return [x.detach() if isinstance(x, torch.Tensor) else x for x in leaves], total
+            return leaves, total
 
         compiled = torch.compile(step, backend=counter, fullgraph=True, dynamic=False)
         start = time.perf_counter()
@@ -169,7 +186,7 @@ class CompiledTorchRunner(TorchRunner):
                            "seconds": round(time.perf_counter() - start, 4)}
             if grad:
                 try:
-                    total.backward()
+                    _backward(total, leaves)
                 except Exception as err:  # noqa: BLE001 - sorted into compile / op error
                     self._failure = compile_failure(err, stage="backward")
                     raise

@@ -16,7 +16,9 @@ import parity
 from conformance.cases import default_cases, select
 from conformance.report import load_report
 
-IDS = ("add/8/div/x,_|_,x", "matmul/8/div/x,_|_,x", "bincount/8/div/_")
+IDS = ("add/8/div/x,_|_,x", "matmul/8/div/x,_|_,x", "bincount/8/div/_",
+       "sum/2x4/div/data,model/axis=1;keepdims=true")
+OPS = ["add", "matmul", "bincount", "sum"]
 
 
 def parity_cli(*args):
@@ -29,8 +31,8 @@ def runs(tmp_path_factory):
     """The three catalogue cases on JAX, eager parity and compiled parity,
     and `parity compare --eager` of them."""
     d = tmp_path_factory.mktemp("compiled")
-    cases = [c for c in select(default_cases(["add", "matmul", "bincount"]),
-                               ["add", "matmul", "bincount"], None, None, None) if c.id in IDS]
+    cases = sorted((c for c in select(default_cases(OPS), OPS, None, None, None) if c.id in IDS),
+                   key=lambda c: IDS.index(c.id))
     assert [c.id for c in cases] == list(IDS)
     assert cases[0].grad and not cases[1].grad  # the add case checks its gradient
     (d / "cases.json").write_text(json.dumps({"cases": [c.to_json() for c in cases]}))
@@ -65,10 +67,10 @@ def test_the_compiled_report_names_its_column_backend_and_fullgraph(runs):
     assert "none" in report["compile"]["fallback"]
 
 
-def test_add_and_matmul_run_compiled_with_a_graph_and_eager_values(runs):
+def test_add_matmul_and_sum_run_compiled_with_a_graph_and_eager_values(runs):
     d, _ = runs
     compiled, eager = _cases(d / "compiled.json"), _cases(d / "torch.json")
-    for cid in IDS[:2]:
+    for cid in (*IDS[:2], IDS[3]):  # the sum's output is read as values, not FakeTensors
         case = compiled[cid]
         assert case["status"] == "ok", case["error"]
         assert case["compile"]["graphs"] >= 1 and case["compile"]["graph_ops"] >= 1
@@ -87,7 +89,7 @@ def test_a_case_that_does_not_compile_is_a_compile_error_not_an_eager_result(run
     assert "bincount" in case["error"]["message"]
     assert "compile" not in case  # no graph was built: no compile statistics
     assert _cases(d / "torch.json")["bincount/8/div/_"]["status"] == "ok"  # eager runs it
-    assert ("3 cases (2 ok, 1 error, 1 of them compile errors (torch.compile backend "
+    assert ("4 cases (3 ok, 1 error, 1 of them compile errors (torch.compile backend "
             "aot_eager))") in (d / "compiled.out").read_text()
 
 
@@ -96,9 +98,10 @@ def test_compare_shows_the_compiled_verdicts_beside_eager_and_lists_the_differen
     assert compare.returncode == 1, compare.stdout + compare.stderr  # the compile error fails it
     comparison = json.loads((d / "c.json").read_text())
     verdicts = {c["id"]: c["verdict"] for c in comparison["cases"]}
-    assert verdicts == {IDS[0]: "match", IDS[1]: "match", IDS[2]: "compile-error"}
+    assert verdicts == {IDS[0]: "match", IDS[1]: "match", IDS[2]: "compile-error",
+                        IDS[3]: "match"}
     cross = comparison["compiled_vs_eager"]
-    assert (cross["same"], cross["differs"], cross["compile_errors"]) == (2, 1, 1)
+    assert (cross["same"], cross["differs"], cross["compile_errors"]) == (3, 1, 1)
     assert cross["cases"][0]["id"] == IDS[2] and cross["cases"][0]["eager"] == "match"
     assert "compiled verdict differs from eager" in compare.stdout
     assert "| `bincount/8/div/_` | match | compile-error |" in (d / "c.md").read_text()

@@ -1,0 +1,90 @@
+"""Run under torchrun (gloo ranks): count the collectives one training step
+of the tensor-parallel (Megatron) MLP issues under ``jax_semantics()``,
+eager and under ``torch.compile``, from the profiler's record of the
+process-group calls (``c10d::allreduce_``, ``c10d::_allgather_base_``, ...):
+every collective reaches one, DTensor's functional ones
+(``_c10d_functional::all_reduce``) included, so each is counted once.
+
+The model is ``compiled_step_worker``'s: w1 column-parallel, w2
+row-parallel on mesh axis ``model``, ``mean((tanh(x @ w1) @ w2 - 1) ** 2)``,
+a hand-written SGD update. With one argument ``1d`` the mesh is
+``(world,)`` ``("model",)`` and x replicated; with ``2d`` it is
+``(2, world // 2)`` ``("batch", "model")`` and x's rows are sharded on
+``batch`` (data and tensor parallel). The step
+is warmed up (compiled) first; the counted step is the second call. Rank 0
+writes ``{"eager": {op: count}, "compiled": {op: count}}`` as JSON to the
+file named by ``PARITY_RESULT_FILE``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import compiled_step_worker as csw  # noqa: E402
+from parity import torch_impl as ti  # noqa: E402
+
+import parity  # noqa: E402
+
+# The process-group ops, under HLO's names (barriers, sends and waits are
+# not collectives).
+COLLECTIVES = {
+    "allreduce": "all-reduce", "allgather": "all-gather", "allgatherintotensor": "all-gather",
+    "reducescatter": "reduce-scatter", "reducescattertensor": "reduce-scatter",
+    "alltoall": "all-to-all", "broadcast": "broadcast",
+}
+
+
+def collective_name(event_name: str) -> str | None:
+    """``"all-reduce"`` for ``c10d::allreduce_``, ``"all-gather"`` for
+    ``c10d::_allgather_base_`` ...; ``None`` for any other event."""
+    if not event_name.startswith("c10d::"):
+        return None
+    op = event_name[len("c10d::"):].replace("_", "").replace("base", "").replace("coalesced", "")
+    return COLLECTIVES.get(op)
+
+
+def count(fn, x) -> dict[str, int]:
+    fn(x)  # warm-up: compiles, fills the caches
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn(x)
+    found = Counter()
+    for event in prof.events():
+        name = collective_name(event.name)
+        if name is not None:
+            found[name] += 1
+    return dict(found)
+
+
+def main() -> None:
+    ti.initialize()
+    world = ti.num_processes()
+    if sys.argv[1:] == ["2d"]:
+        mesh = parity.DeviceMesh((2, world // 2), ("batch", "model"))
+        x_spec = ("batch", None)
+    else:
+        mesh = parity.DeviceMesh((world,), ("model",))
+        x_spec = (None, None)
+    x = ti.distribute_tensor(csw.host((8, 16), 0), parity.TensorLayout(x_spec, mesh))
+    results = {}
+    with ti.jax_semantics():
+        for name in ("eager", "compiled"):
+            torch._dynamo.reset()
+            step = csw.make_step("hand", csw.make_params(mesh))
+            fn = torch.compile(step, backend="aot_eager") if name == "compiled" else step
+            results[name] = count(fn, x)
+    if ti.process_id() == 0:
+        with open(os.environ["PARITY_RESULT_FILE"], "w") as f:
+            json.dump(results, f)
+    print(f"rank {ti.process_id()}: ok {results}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""No more communication than JAX (issue 15, item 4): the collectives one
+training step of the tensor-parallel (Megatron) MLP issues under
+``jax_semantics()`` -- eager and under ``torch.compile`` -- against the
+collectives in JAX's compiled HLO for the same step, mesh and layouts
+(``jax.jit(step).lower(...).compile().as_text()``).
+
+The torch side runs on real gloo ranks (``multiprocess/collective_count_worker.py``,
+counted from the profiler's process-group ops); the JAX side runs this file
+as a script (``python tests/test_collective_counts.py 1d|2d``) on simulated
+CPU devices, and prints, per kind, the collective ops in the HLO ("launches")
+and the arrays they carry ("operands": XLA's all-reduce combiner folds
+several reductions into one tuple all-reduce).
+
+Measured (torch 2.13, jax 0.10.2): mesh (2,) ``model``: parity 1 all-reduce
+eager and compiled, JAX 1. Mesh (2, 2) ``batch, model`` with x's rows on
+``batch``: parity 4 all-reduces eager and compiled, JAX 2 launches carrying
+4 arrays (the forward's partial sum on ``model``; the loss and both weight
+gradients on ``batch`` in one combined all-reduce). parity does no
+redistribution JAX does not do; it does not combine them into fewer
+launches (pinned below, so a change either way shows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def hlo_collectives(hlo: str) -> dict[str, dict[str, int]]:
+    """Per collective kind in compiled HLO text: ``launches`` (instructions,
+    async ``-start`` counted once) and ``operands`` (arrays they reduce or
+    gather)."""
+    out = {}
+    for kind in KINDS:
+        launches = operands = 0
+        for match in re.finditer(rf" {kind}(?:-start)?\(([^)]*)\)", hlo):
+            launches += 1
+            operands += len([a for a in match.group(1).split(",") if a.strip().startswith("%")])
+        if launches:
+            out[kind] = {"launches": launches, "operands": operands}
+    return out
+
+
+def jax_step_hlo(mesh_kind: str) -> str:
+    """The compiled HLO of ``jax.jit`` of the worker's step (value_and_grad
+    of the MLP loss, SGD update) with the worker's layouts."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    if mesh_kind == "2d":
+        mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("batch", "model"))
+        x_spec = P("batch", None)
+    else:
+        mesh = Mesh(np.array(jax.devices()[:2]), ("model",))
+        x_spec = P()
+
+    def loss_fn(p, x):
+        return jnp.mean((jnp.tanh(x @ p[0]) @ p[1] - 1) ** 2)
+
+    def step(p, x):
+        loss, g = jax.value_and_grad(loss_fn)(p, x)
+        return loss, tuple(w - 0.1 * gw for w, gw in zip(p, g))
+
+    weights = (NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("model", None)))
+    jitted = jax.jit(step, in_shardings=(weights, NamedSharding(mesh, x_spec)),
+                     out_shardings=(NamedSharding(mesh, P()), weights))
+    p = (jnp.zeros((16, 32), jnp.float32), jnp.zeros((32, 8), jnp.float32))
+    return jitted.lower(p, jnp.zeros((8, 16), jnp.float32)).compile().as_text()
+
+
+def jax_counts(mesh_kind: str) -> dict[str, dict[str, int]]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    proc = subprocess.run([sys.executable, __file__, mesh_kind], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def parity_counts(mesh_kind: str, nproc: int) -> dict[str, dict[str, int]]:
+    from torchrun import run_torchrun
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "result.json"
+        run_torchrun("collective_count_worker.py", nproc=nproc, timeout=600, args=(mesh_kind,),
+                     env={"PARITY_RESULT_FILE": str(result)})
+        return json.loads(result.read_text())
+
+
+def test_hlo_collectives_counts_a_combined_all_reduce_by_its_operands():
+    hlo = ("%all-reduce = f32[4,8]{1,0} all-reduce(%fusion.1), channel_id=1\n"
+           "%all-reduce.4 = (f32[], f32[16,16]{1,0}) all-reduce(%m, %dot.3), channel_id=2\n"
+           "%ag = f32[8]{0} all-gather-start(%p), dimensions={0}\n"
+           "%agd = f32[8]{0} all-gather-done(%ag)\n")
+    assert hlo_collectives(hlo) == {"all-reduce": {"launches": 2, "operands": 3},
+                                    "all-gather": {"launches": 1, "operands": 1}}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_tensor_parallel_mlp_step_issues_no_more_collectives_than_jax():
+    """Mesh (2,) ``model``: the same single all-reduce (the row-parallel
+    matmul's partial sum), eager and compiled."""
+    jax = jax_counts("1d")
+    assert jax == {"all-reduce": {"launches": 1, "operands": 1}}, jax
+    got = parity_counts("1d", nproc=2)
+    for run in ("eager", "compiled"):
+        assert set(got[run]) <= set(jax), (run, got[run])
+        for kind, n in got[run].items():
+            assert n <= jax[kind]["launches"], (run, kind, n, jax)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_data_and_tensor_parallel_mlp_step_reduces_what_jax_reduces_in_more_launches():
+    """Mesh (2, 2) ``batch, model``: parity reduces the same arrays as JAX
+    (4: the forward partial sum, the loss, both gradients) and nothing
+    else, in 4 all-reduces where XLA's combiner launches 2."""
+    jax = jax_counts("2d")
+    assert jax == {"all-reduce": {"launches": 2, "operands": 4}}, jax
+    got = parity_counts("2d", nproc=4)
+    for run in ("eager", "compiled"):
+        assert got[run] == {"all-reduce": jax["all-reduce"]["operands"]}, (run, got[run])
+
+
+if __name__ == "__main__":
+    print(json.dumps(hlo_collectives(jax_step_hlo(sys.argv[1]))))

@@ -41,10 +41,29 @@ SKIP for the frame and everything it calls (dynamo's own
 ``FrameExecStrategy``, what ``torch._dynamo.skip`` uses without the
 ``_torchdynamo_disable`` mark that would stop inlining): eager ops run
 eagerly, traced ops are still inlined.
+
+**A plain gradient for a DTensor output of a compiled graph is the
+replicated value** (pytorch#173123, open; the error text points at
+pytorch#172556). When a compiled graph returns several outputs that require
+grad and the backward reaches only some of them -- Keras's ``train_step``
+breaks the graph at ``loss.backward()`` and the graph returns the loss *and*
+``y_pred``, which the metrics read after the backward -- the autograd engine
+materializes the missing gradient as a *plain* ``torch.zeros`` of the global
+shape (``InputMetadata::zeros_like`` knows no subclass), and AOTAutograd's
+backward prologue refuses it: "Expected a DTensor tangent but got a plain
+Tensor". Under ``jax_semantics()`` a plain tensor meeting DTensors is the
+replicated value, so for a backward started under the mode
+(``run_untraced``) ``process_runtime_tangent`` turns a plain tangent of the
+DTensor output's global shape into a DTensor on the mesh of the backward's
+roots with the placements AOTAutograd expects (a local slice: no
+collective). Anything else -- no parity backward, the roots on several
+meshes or on none, a shape that is not the output's -- goes to torch's own
+check unchanged, which raises as before.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
@@ -61,6 +80,9 @@ _UNTRACED_AUTOGRAD_BACKWARD = torch._dynamo.disable(_AUTOGRAD_BACKWARD, recursiv
 _UNTRACED_AUTOGRAD_GRAD = torch._dynamo.disable(_AUTOGRAD_GRAD, recursive=True)
 
 
+_backward = threading.local()  # .meshes: the meshes of the running parity backward's roots
+
+
 def runs_untraced(func: Any) -> bool:
     """Whether ``func`` is a backward entry point the mode runs outside
     dynamo (see the module docstring). ``is`` tests only: this runs per op,
@@ -75,12 +97,81 @@ def run_untraced(func: Any, args: tuple, kwargs: dict) -> Any:
     # ``is`` chains, not a dict keyed by function: dynamo's dict lookup with
     # a function key raises KeyError while tracing (torch 2.13).
     if func is _TENSOR_BACKWARD:
-        return _UNTRACED_TENSOR_BACKWARD(*args, **kwargs)
-    if func is _AUTOGRAD_BACKWARD:
-        return _UNTRACED_AUTOGRAD_BACKWARD(*args, **kwargs)
-    if func is _AUTOGRAD_GRAD:
-        return _UNTRACED_AUTOGRAD_GRAD(*args, **kwargs)
-    raise ValueError(f"run_untraced: {func!r} is not a backward entry point (runs_untraced() is False).")
+        untraced = _UNTRACED_TENSOR_BACKWARD
+    elif func is _AUTOGRAD_BACKWARD:
+        untraced = _UNTRACED_AUTOGRAD_BACKWARD
+    elif func is _AUTOGRAD_GRAD:
+        untraced = _UNTRACED_AUTOGRAD_GRAD
+    else:
+        raise ValueError(
+            f"run_untraced: {func!r} is not a backward entry point (runs_untraced() is False)."
+        )
+    return _with_root_meshes(untraced, args, kwargs)
+
+
+@torch._dynamo.disable
+def _with_root_meshes(untraced: Any, args: tuple, kwargs: dict) -> Any:
+    """Run ``untraced`` with the meshes of the backward's root DTensors
+    recorded for ``_process_runtime_tangent`` (nested backwards restore the
+    outer ones)."""
+    from torch.distributed.tensor import DTensor
+
+    roots = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+    if isinstance(roots, torch.Tensor):
+        roots = (roots,)
+    meshes = {t.device_mesh for t in roots or () if isinstance(t, DTensor)}
+    outer = getattr(_backward, "meshes", None)
+    _backward.meshes = meshes
+    try:
+        return untraced(*args, **kwargs)
+    finally:
+        _backward.meshes = outer
+
+
+def _tangent_as_dtensor(x: Any, meta: Any) -> Any:
+    """``x`` as the DTensor tangent AOTAutograd expects when ``x`` is a plain
+    tensor of the DTensor output's global shape and a parity backward on one
+    mesh is running; ``None`` when that does not hold (torch's own check
+    then decides)."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    expected = getattr(meta, "original_subclass_type", None)
+    meshes = getattr(_backward, "meshes", None)
+    if (expected is None or not issubclass(expected, DTensor) or type(x) is not torch.Tensor
+            or not meshes or len(meshes) != 1):
+        return None
+    placements, tensor_meta = meta.meta[0], meta.meta[1]
+    (mesh,) = meshes
+    if len(placements) != mesh.ndim or tuple(x.shape) != tuple(tensor_meta.shape):
+        return None
+    replicated = DTensor.from_local(x, mesh, [Replicate()] * mesh.ndim, run_check=False)
+    return replicated.redistribute(mesh, placements)
+
+
+def _wrap_process_runtime_tangent(original: Any) -> Any:
+    def process_runtime_tangent(x, meta, *args, **kwargs):
+        converted = _tangent_as_dtensor(x, meta)
+        return original(x if converted is None else converted, meta, *args, **kwargs)
+
+    process_runtime_tangent._parity_original = original
+    return staticmethod(process_runtime_tangent)
+
+
+def _install_tangent_patch() -> None:
+    """Wrap ``AOTDispatchAutograd.process_runtime_tangent`` (bound into each
+    compiled backward's generated prologue when it is built, so this runs at
+    import, before anything compiles). A torch without it has nothing to
+    patch."""
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    owner = getattr(runtime_wrappers, "AOTDispatchAutograd", None)
+    original = getattr(owner, "process_runtime_tangent", None)
+    if original is None or hasattr(original, "_parity_original"):
+        return
+    owner.process_runtime_tangent = _wrap_process_runtime_tangent(original)
+
+
+_install_tangent_patch()
 
 
 def skip_alone(fn: Any) -> Any:

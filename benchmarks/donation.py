@@ -1,10 +1,20 @@
-"""Donated ``all_reduce`` against the in-place raw call on 2 gloo ranks.
+"""Donating collectives against the raw calls that reuse their buffers, on
+2 gloo ranks.
 
-``python -m benchmarks.donation``: for 4 MB and 64 MB per rank, parity's
-``all_reduce(x, donate=True)`` (each result is the next call's input) and
-``dist.all_reduce(buf)`` in place alternate, each sample after a barrier;
-prints the median of each (slowest rank) and their ratio. Both reduce one
-buffer in place, so the ratio is parity's own cost at that size.
+``python -m benchmarks.donation``: for 4 MB and 64 MB per rank,
+
+* ``all_reduce(x, donate=True)`` (each result is the next call's input)
+  against ``dist.all_reduce(buf)`` in place;
+* ``all_gather(x, 0, donate=True)`` and ``reduce_scatter(y, 0,
+  donate=True)`` in turn (each result the next call's input: the gather
+  writes into the scatter's donated block and back, see
+  ``parity.torch_impl.donation``) against ``all_gather_single`` /
+  ``reduce_scatter_single`` into outputs allocated once, outside the timer.
+
+parity and raw samples alternate, each after a barrier; each figure is the
+median of its samples on the slowest rank, and the ratio is parity / raw in
+the same run. The block of the size named is the all_gather's input and the
+reduce_scatter's output (its input is world times larger).
 """
 
 from __future__ import annotations
@@ -28,34 +38,53 @@ def _rank_main(rank: int, world: int, port: int, size: int, samples: int) -> Non
 
     import parity
     from parity import torch_impl as ti
+    from parity.torch_impl.torch_compat import dist_all_gather_single, dist_reduce_scatter_single
 
     torch.set_num_threads(1)
     ti.initialize()
     layout = parity.TensorLayout(("x",), parity.DeviceMesh((world,), ("x",)))
     n = size // 4
-    donor = [ti.distribute_data_input(torch.zeros(n), layout)]
-    buf = torch.zeros(n)
+    reduced = [ti.distribute_data_input(torch.zeros(n), layout)]
+    # A block on its own storage (a collective's output), so the loop can keep it.
+    turn = [ti.all_gather(ti.distribute_data_input(torch.zeros(n // world), layout), 0, "x")]
+    gathered = [None]
+    buf, gather_out, scatter_out = torch.zeros(n), torch.empty(n * world), torch.empty(n)
+    wide = torch.zeros(n * world)
 
-    def parity_call() -> None:
-        donor[0] = ti.all_reduce(donor[0], "sum", axis_name="x", donate=True)
+    def p_all_reduce() -> None:
+        reduced[0] = ti.all_reduce(reduced[0], "sum", axis_name="x", donate=True)
 
-    def raw_call() -> None:
-        dist.all_reduce(buf)
+    def p_all_gather() -> None:
+        gathered[0] = ti.all_gather(turn[0], 0, "x", donate=True)
 
-    mine, raw = [], []
-    parity_call(), raw_call()  # warm-up
-    for _ in range(samples):
-        for fn, acc in ((parity_call, mine), (raw_call, raw)):
-            dist.barrier()
-            start = time.perf_counter()
-            fn()
-            acc.append(time.perf_counter() - start)
-    t = torch.tensor([statistics.median(mine), statistics.median(raw)], dtype=torch.float64)
+    def p_reduce_scatter() -> None:
+        turn[0] = ti.reduce_scatter(gathered[0], 0, "x", donate=True)
+
+    pairs = [
+        ("all_reduce", p_all_reduce, lambda: dist.all_reduce(buf), "dist.all_reduce in place"),
+        ("all_gather", p_all_gather, lambda: dist_all_gather_single(gather_out, buf),
+         "all_gather_single into a preallocated output"),
+        ("reduce_scatter", p_reduce_scatter, lambda: dist_reduce_scatter_single(scatter_out, wide),
+         "reduce_scatter_single into a preallocated output"),
+    ]
+    times = {name: ([], []) for name, *_ in pairs}
+    for round_ in range(samples + 1):  # round 0: warm-up, dropped
+        for name, mine, raw, _ in pairs:
+            for fn, acc in ((mine, times[name][0]), (raw, times[name][1])):
+                dist.barrier()
+                start = time.perf_counter()
+                fn()
+                if round_:
+                    acc.append(time.perf_counter() - start)
+    medians = [statistics.median(v) for name, *_ in pairs for v in times[name]]
+    t = torch.tensor(medians, dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     if rank == 0:
-        print(f"all_reduce {size >> 20} MB/rank x{world} gloo: donate=True {t[0] * 1e3:.1f} ms, "
-              f"raw in place {t[1] * 1e3:.1f} ms, ratio {t[0] / t[1]:.3f} "
-              f"(median of {samples})", flush=True)
+        for i, (name, _, _, baseline) in enumerate(pairs):
+            mine, raw = t[2 * i].item(), t[2 * i + 1].item()
+            print(f"{name} donate=True, {size >> 20} MB/rank x{world} gloo: parity {mine * 1e3:.2f} ms, "
+                  f"raw {raw * 1e3:.2f} ms ({baseline}), ratio {mine / raw:.3f} "
+                  f"(median of {samples})", flush=True)
     dist.destroy_process_group()
 
 

@@ -3,16 +3,22 @@
 A ``fake`` group runs every collective as a no-op, so what a call costs is
 the Python of each layer: parity's checks, DTensor's wrapper, the group
 lookup. One process, rank 0 of a world of 4, mesh ``(4,)`` ``x``; each
-figure is the best of 7 blocks of 2,000 calls (the machine is shared; the
-best block is the one least disturbed). Baselines:
+figure is the best of 7 blocks of 2,000 calls, timed in this thread's CPU
+time (``time.thread_time``: nothing here waits, and on a shared machine CPU
+time leaves out the time other processes hold the core), parity's and the
+raw call's blocks alternating. Baselines:
 
 * ``all_reduce``: ``clone`` + ``dist.all_reduce`` (parity is functional:
   it returns a new array, so the raw call allocates too); with
   ``donate=True``: ``dist.all_reduce`` in place on the same buffer;
 * ``all_gather`` / ``reduce_scatter``: ``empty`` output + the
-  ``*_single`` collective;
+  ``*_single`` collective; with ``donate=True`` (a gather and a scatter in
+  turn, each result the next one's input): the two ``*_single`` calls into
+  outputs allocated once;
 * ``a + b`` inside an open ``jax_semantics()`` scope, and entering the scope
-  per call: the same ``a + b`` on plain DTensor.
+  per call: the same ``a + b`` on plain DTensor; for context, the same
+  ``a + b`` under a ``TorchFunctionMode`` that only calls the function (the
+  floor of any Python mode).
 
 Run: ``python -m benchmarks.per_call`` (prints JSON rows); the benchmark
 runner starts it as a subprocess (the process group is process-wide).
@@ -25,23 +31,35 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 WORLD = 4
 BLOCKS = 7
 CALLS = 2000
 
 
-def best_per_call(fn: Callable[[], object], calls: int = CALLS, blocks: int = BLOCKS) -> float:
-    """Seconds per call of the fastest of ``blocks`` blocks of ``calls`` calls."""
-    for _ in range(200):
+def _block(fn: Callable[[], object], calls: int) -> float:
+    start = time.thread_time()
+    for _ in range(calls):
         fn()
-    best = float("inf")
+    return (time.thread_time() - start) / calls
+
+
+def best_pair(mine: Callable[[], object], raw: Callable[[], object], calls: int = CALLS,
+              blocks: int = BLOCKS, scope: Callable[[], Any] = contextlib.nullcontext
+              ) -> tuple[float, float]:
+    """CPU seconds per call of the fastest of ``blocks`` blocks of ``calls``
+    calls of each, their blocks alternating; ``scope`` is entered around
+    ``mine``'s blocks, outside the timer."""
+    with scope():
+        _block(mine, 200)
+    _block(raw, 200)
+    best = [float("inf"), float("inf")]
     for _ in range(blocks):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best
+        with scope():
+            best[0] = min(best[0], _block(mine, calls))
+        best[1] = min(best[1], _block(raw, calls))
+    return best[0], best[1]
 
 
 def measure(calls: int = CALLS, blocks: int = BLOCKS) -> list[dict]:
@@ -50,11 +68,18 @@ def measure(calls: int = CALLS, blocks: int = BLOCKS) -> list[dict]:
     import torch
     import torch.distributed as dist
     from torch.distributed.tensor import Replicate
+    from torch.overrides import TorchFunctionMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     import parity
     from parity import torch_impl as ti
     from parity.torch_impl.torch_compat import dist_all_gather_single, dist_reduce_scatter_single
+
+    class CallOnly(TorchFunctionMode):
+        """The floor of a Python function mode: it only calls the function."""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
 
     dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
     try:
@@ -64,15 +89,16 @@ def measure(calls: int = CALLS, blocks: int = BLOCKS) -> list[dict]:
         x = ti.distribute_data_input(torch.ones(n), layout)
         local = x.to_local()
         gathered = n * WORLD
+        gather_out, back_out = torch.empty(gathered), torch.empty(n)
         cases = [
             ("all_reduce, 1,024 f32/rank", lambda: ti.all_reduce(x, "sum", axis_name="x"),
-             lambda: dist.all_reduce(local.clone()), "clone + dist.all_reduce"),
+             lambda: dist.all_reduce(local.clone()), "clone + dist.all_reduce", None),
             ("all_gather, 1,024 f32/rank", lambda: ti.all_gather(x, 0, "x"),
              lambda: dist_all_gather_single(torch.empty(gathered), local),
-             "empty + all_gather_single"),
+             "empty + all_gather_single", None),
             ("reduce_scatter, 1,024 f32/rank", lambda: ti.reduce_scatter(x, 0, "x"),
              lambda: dist_reduce_scatter_single(torch.empty(n // WORLD), local),
-             "empty + reduce_scatter_single"),
+             "empty + reduce_scatter_single", None),
         ]
         holder = [ti.distribute_data_input(torch.ones(n), layout)]
 
@@ -80,7 +106,20 @@ def measure(calls: int = CALLS, blocks: int = BLOCKS) -> list[dict]:
             holder[0] = ti.all_reduce(holder[0], "sum", axis_name="x", donate=True)
 
         cases.append(("all_reduce donate=True, 1,024 f32/rank", donated,
-                          lambda: dist.all_reduce(local), "dist.all_reduce in place"))
+                      lambda: dist.all_reduce(local), "dist.all_reduce in place", None))
+        turn = [ti.all_gather(ti.distribute_data_input(torch.ones(n // WORLD), layout), 0, "x")]
+
+        def gather_then_scatter():
+            turn[0] = ti.reduce_scatter(ti.all_gather(turn[0], 0, "x", donate=True), 0, "x",
+                                        donate=True)
+
+        def raw_gather_then_scatter():
+            dist_all_gather_single(gather_out, local)
+            dist_reduce_scatter_single(back_out, gather_out)
+
+        cases.append(("all_gather + reduce_scatter donate=True, 1,024 f32/rank",
+                      gather_then_scatter, raw_gather_then_scatter,
+                      "the two *_single calls into outputs allocated once", None))
         host = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
         a = ti.distribute_tensor(host, parity.TensorLayout(("x", None), mesh))
         b = ti.distribute_tensor(host, parity.TensorLayout(("x", None), mesh))
@@ -89,26 +128,25 @@ def measure(calls: int = CALLS, blocks: int = BLOCKS) -> list[dict]:
             with ti.jax_semantics():
                 return a + b
 
-        def add_in_scope():  # timed with the scope entered once (below)
+        def add():
             return a + b
 
         # The op inside one open scope, as in a training step; entering and
         # leaving the scope per call is its own row.
-        cases.append(("a + b, (256, 64) over x, inside jax_semantics()", add_in_scope,
-                      lambda: a + b, "plain DTensor a + b"))
+        cases.append(("a + b, (256, 64) over x, inside jax_semantics()", add, add,
+                      "plain DTensor a + b", ti.jax_semantics))
         cases.append(("a + b, (256, 64) over x, entering jax_semantics() per call", add_scoped,
-                      lambda: a + b, "plain DTensor a + b"))
+                      add, "plain DTensor a + b", None))
+        cases.append(("a + b under a TorchFunctionMode that only calls the op (context)", add, add,
+                      "plain DTensor a + b", CallOnly))
         torch_mesh = ti.to_torch_mesh(mesh)
         cases.append(("DTensor redistribute Shard -> Replicate (context)",
                       lambda: x.redistribute(torch_mesh, [Replicate()]),
-                      lambda: dist.all_reduce(local.clone()), "clone + dist.all_reduce"))
+                      lambda: dist.all_reduce(local.clone()), "clone + dist.all_reduce", None))
         found = []
         with torch.no_grad():
-            for case, mine, raw, baseline in cases:
-                scope = ti.jax_semantics() if mine is add_in_scope else contextlib.nullcontext()
-                with scope:
-                    p = best_per_call(mine, calls, blocks)
-                r = best_per_call(raw, calls, blocks)
+            for case, mine, raw, baseline, scope in cases:
+                p, r = best_pair(mine, raw, calls, blocks, scope or contextlib.nullcontext)
                 found.append({"case": case, "parity_s": p, "raw_s": r, "baseline": baseline})
         return found
     finally:
@@ -131,7 +169,7 @@ def rows(calls: int = CALLS) -> list:
         data = json.loads(line)
         out.append(Row("per_call", data["case"] + " (fake group, 4 ranks)", data["parity_s"],
                        data["raw_s"], note=f"vs {data['baseline']}; best of {BLOCKS} blocks of "
-                       f"{calls} calls; +{(data['parity_s'] - data['raw_s']) * 1e6:.1f} us/call"))
+                       f"{calls} calls (CPU time); +{(data['parity_s'] - data['raw_s']) * 1e6:.1f} us/call"))
     return out
 
 

@@ -72,6 +72,18 @@ def main() -> None:
     else:
         raise AssertionError("a donated tensor was read")
 
+    # Donated all_gather and reduce_scatter in turn (dim 0, over "data"): the
+    # second round gathers into the first round's donated output; values hold.
+    current, gathered_at = ti.distribute_tensor(host, layout), []
+    for round_ in range(2):
+        gathered = ti.all_gather(current, 0, "data", donate=True)
+        gathered_at.append(gathered.to_local().data_ptr())
+        np.testing.assert_array_equal(ti.to_numpy(gathered), host * 2**round_)
+        current = ti.reduce_scatter(gathered, 0, "data", donate=True)  # the data peers' sum
+        np.testing.assert_array_equal(ti.to_numpy(current), host * 2 ** (round_ + 1))
+        assert ti.describe(current).spec == (("data",), ("model",))
+    assert gathered_at[0] == gathered_at[1], gathered_at
+
     # Data input: each process passes its data shard; ranks 0 and 1 share one.
     global_batch = np.arange(12, dtype=np.float32).reshape(4, 3)
     local_batch = global_batch[2 * (rank // 2) : 2 * (rank // 2) + 2]

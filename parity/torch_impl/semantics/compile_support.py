@@ -63,6 +63,7 @@ check unchanged, which raises as before.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -75,12 +76,37 @@ _TENSOR_BACKWARD = torch.Tensor.backward
 _AUTOGRAD_BACKWARD = torch.autograd.backward
 _AUTOGRAD_GRAD = torch.autograd.grad
 
-_UNTRACED_TENSOR_BACKWARD = torch._dynamo.disable(_TENSOR_BACKWARD, recursive=True)
-_UNTRACED_AUTOGRAD_BACKWARD = torch._dynamo.disable(_AUTOGRAD_BACKWARD, recursive=True)
-_UNTRACED_AUTOGRAD_GRAD = torch._dynamo.disable(_AUTOGRAD_GRAD, recursive=True)
-
-
 _backward = threading.local()  # .meshes: the meshes of the running parity backward's roots
+
+
+def _recording_root_meshes(func: Any) -> Any:
+    """``func`` run with the meshes of its root DTensors (the first
+    argument: the tensor, or the ``tensors`` / ``outputs``) recorded for
+    ``_tangent_as_dtensor``; nested backwards restore the outer ones. Keeps
+    ``func``'s name (dynamo's graph-break reason names it)."""
+
+    @functools.wraps(func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from torch.distributed.tensor import DTensor
+
+        roots = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+        if isinstance(roots, torch.Tensor):
+            roots = (roots,)
+        outer = getattr(_backward, "meshes", None)
+        _backward.meshes = {t.device_mesh for t in roots or () if isinstance(t, DTensor)}
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _backward.meshes = outer
+
+    return run
+
+
+_UNTRACED_TENSOR_BACKWARD = torch._dynamo.disable(
+    _recording_root_meshes(_TENSOR_BACKWARD), recursive=True)
+_UNTRACED_AUTOGRAD_BACKWARD = torch._dynamo.disable(
+    _recording_root_meshes(_AUTOGRAD_BACKWARD), recursive=True)
+_UNTRACED_AUTOGRAD_GRAD = torch._dynamo.disable(_recording_root_meshes(_AUTOGRAD_GRAD), recursive=True)
 
 
 def runs_untraced(func: Any) -> bool:
@@ -97,35 +123,12 @@ def run_untraced(func: Any, args: tuple, kwargs: dict) -> Any:
     # ``is`` chains, not a dict keyed by function: dynamo's dict lookup with
     # a function key raises KeyError while tracing (torch 2.13).
     if func is _TENSOR_BACKWARD:
-        untraced = _UNTRACED_TENSOR_BACKWARD
-    elif func is _AUTOGRAD_BACKWARD:
-        untraced = _UNTRACED_AUTOGRAD_BACKWARD
-    elif func is _AUTOGRAD_GRAD:
-        untraced = _UNTRACED_AUTOGRAD_GRAD
-    else:
-        raise ValueError(
-            f"run_untraced: {func!r} is not a backward entry point (runs_untraced() is False)."
-        )
-    return _with_root_meshes(untraced, args, kwargs)
-
-
-@torch._dynamo.disable
-def _with_root_meshes(untraced: Any, args: tuple, kwargs: dict) -> Any:
-    """Run ``untraced`` with the meshes of the backward's root DTensors
-    recorded for ``_process_runtime_tangent`` (nested backwards restore the
-    outer ones)."""
-    from torch.distributed.tensor import DTensor
-
-    roots = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
-    if isinstance(roots, torch.Tensor):
-        roots = (roots,)
-    meshes = {t.device_mesh for t in roots or () if isinstance(t, DTensor)}
-    outer = getattr(_backward, "meshes", None)
-    _backward.meshes = meshes
-    try:
-        return untraced(*args, **kwargs)
-    finally:
-        _backward.meshes = outer
+        return _UNTRACED_TENSOR_BACKWARD(*args, **kwargs)
+    if func is _AUTOGRAD_BACKWARD:
+        return _UNTRACED_AUTOGRAD_BACKWARD(*args, **kwargs)
+    if func is _AUTOGRAD_GRAD:
+        return _UNTRACED_AUTOGRAD_GRAD(*args, **kwargs)
+    raise ValueError(f"run_untraced: {func!r} is not a backward entry point (runs_untraced() is False).")
 
 
 def _tangent_as_dtensor(x: Any, meta: Any) -> Any:

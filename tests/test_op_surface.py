@@ -321,3 +321,28 @@ def test_kron_with_a_dim_split_over_two_axes_out_of_mesh_order(sim8):
     ref_b = plain(hb, grad=True)
     torch.kron(plain(ha), ref_b).sum().backward()
     assert_grad_placed(b, ref_b.grad.numpy())
+
+
+def test_tensor_split_by_distributed_indices(mesh):
+    a = host((4, 4, 4))
+    x = put(a, ("data", None, None), mesh)
+    indices = ti.distribute_tensor(np.array([1, 3, 3]), L((None,), mesh))
+    with ti.jax_semantics():
+        pieces = torch.tensor_split(x, indices)
+    want = torch.tensor_split(plain(a), torch.tensor([1, 3, 3]))
+    assert len(pieces) == len(want)
+    for got, ref in zip(pieces, want):
+        np.testing.assert_array_equal(ti.to_numpy(got), ref.numpy())
+
+
+def test_svd_lowrank_gradient_over_a_sharded_dim(mesh):
+    a = host((8, 2))
+    x = put(a, (None, "data"), mesh, grad=True)
+    with ti.jax_semantics():
+        _, s, _ = torch.svd_lowrank(x, q=2)
+        s.sum().backward()
+    ref_x = plain(a, grad=True)
+    torch.svd_lowrank(ref_x, q=2)[1].sum().backward()
+    np.testing.assert_allclose(ti.to_numpy(s), np.linalg.svd(a, compute_uv=False), rtol=1e-4)
+    assert tuple(x.grad.placements) == tuple(x.placements)
+    np.testing.assert_allclose(ti.to_numpy(x.grad), ref_x.grad.numpy(), rtol=1e-4, atol=1e-4)

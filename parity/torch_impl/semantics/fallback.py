@@ -78,6 +78,7 @@ from torch.distributed.tensor.experimental import implicit_replication
 from torch.utils._pytree import tree_map
 
 from parity.errors import UnsupportedOpError
+from parity.torch_impl.distribute import first_rank_value
 from parity.torch_impl.semantics import pending
 from parity.torch_impl.semantics import specs as S
 from parity.torch_impl.semantics.rules.registry import torch_ops
@@ -118,7 +119,7 @@ BACKWARD_MISSING = frozenset(
         "multilabel_soft_margin_loss", "prelu", "ormqr", "take", "native_group_norm",
         "group_norm",
         # backward makes plain tensors that meet the DTensor gradient
-        "cummax", "cummin", "index_put", "trace", "cumprod")]
+        "cummax", "cummin", "index_put", "trace", "cumprod", "svd_lowrank", "pca_lowrank")]
     + [torch.linalg.householder_product, torch.linalg.vander]
 )
 
@@ -229,7 +230,18 @@ def run_replicated(func: Any, args: tuple, kwargs: dict, mesh, why: str) -> Any:
             return full.to_local()
         return value
 
-    out = func(*tree_map(local, args), **tree_map(local, kwargs))
+    def index_like(value):
+        # an integer operand after the first (indices, sections): one plain
+        # copy, since ops read such values on the host (tensor_split), which
+        # simulated ranks' LocalTensor cannot give; every rank holds the same
+        full = local(value)
+        if isinstance(value, DTensor) and not (full.is_floating_point() or full.is_complex()):
+            return first_rank_value(full)
+        return full
+
+    first = (tree_map(local, args[0]),) if args else ()
+    out = func(*first, *tree_map(index_like, args[1:]),
+               **tree_map(index_like, kwargs))
 
     def wrap(value):
         if isinstance(value, torch.Tensor) and not isinstance(value, DTensor):

@@ -142,3 +142,4 @@ def split(call: Call) -> Plan:
     before, piece = R.split(spec, dim % x.ndim)
     # as the old rule: each piece keeps the operand's spec, fitted to its shape
     return Plan({loc: before}, lambda outs: [R.fit_to_shape(spec, o.shape, sizes) for o in outs])
+

@@ -346,3 +346,22 @@ def test_svd_lowrank_gradient_over_a_sharded_dim(mesh):
     np.testing.assert_allclose(ti.to_numpy(s), np.linalg.svd(a, compute_uv=False), rtol=1e-4)
     assert tuple(x.grad.placements) == tuple(x.placements)
     np.testing.assert_allclose(ti.to_numpy(x.grad), ref_x.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_repeat_interleave_gradient_over_a_sharded_dim(mesh):
+    a = host((2, 3, 4))
+    x = put(a, (None, None, "model"), mesh, grad=True)
+    with ti.jax_semantics():
+        torch.repeat_interleave(x, repeats=2).sum().backward()
+    ref_x = plain(a, grad=True)
+    torch.repeat_interleave(ref_x, repeats=2).sum().backward()
+    assert_grad_placed(x, ref_x.grad.numpy())
+
+
+def test_hfftn_of_a_sharded_input(mesh):
+    a = host((4, 5, 6))
+    x = put(a, ("data", None, None), mesh)
+    with ti.jax_semantics():
+        y = torch.fft.hfftn(x, norm="ortho")
+    np.testing.assert_allclose(ti.to_numpy(y), torch.fft.hfftn(plain(a), norm="ortho").numpy(),
+                               rtol=1e-4, atol=1e-4)

@@ -58,6 +58,7 @@ Known-wrong strategies (torch 2.13), with what goes wrong:
 |                                      | squeezed one     | output does not have          |
 | ``kron``                             | a dim split over | strided placements no         |
 |                                      | two mesh axes    | ``PartitionSpec`` describes   |
+| ``fft.hfftn``, ``fft.hfft2``         | sharded input    | MKL error on the blocks       |
 | conv family (``conv*d``,             | sharded spatial  | wrong shape/values; backward  |
 | ``conv_transpose*d``)                | dim or weight    | "Stride must be 1 ..." -- the |
 |                                      |                  | conv rule gathers those dims  |
@@ -102,6 +103,8 @@ KNOWN_WRONG = frozenset({
     torch.squeeze_copy,
     # composite (reshapes inside): strided placements that no PartitionSpec describes
     torch.kron,
+    # MKL "Inconsistent configuration parameters" on the blocks of a sharded input
+    torch.fft.hfftn, torch.fft.hfft2,
 })
 
 
@@ -119,7 +122,9 @@ BACKWARD_MISSING = frozenset(
         "multilabel_soft_margin_loss", "prelu", "ormqr", "take", "native_group_norm",
         "group_norm",
         # backward makes plain tensors that meet the DTensor gradient
-        "cummax", "cummin", "index_put", "trace", "cumprod", "svd_lowrank", "pca_lowrank")]
+        "cummax", "cummin", "index_put", "trace", "cumprod", "svd_lowrank", "pca_lowrank",
+        # backward reshapes a dim DTensor cannot split (uneven, or strided placements)
+        "multi_head_attention_forward", "repeat_interleave")]
     + [torch.linalg.householder_product, torch.linalg.vander]
 )
 

@@ -14,6 +14,9 @@ problem: its backward is an ``index_put`` of the saved plain index into a
 DTensor gradient (``aten.index_put: got mixed torch.Tensor and DTensor``).
 When a gradient is needed it runs on each rank's full copy
 (``fallback.run_replicated``); basic indexing keeps its rule.
+
+``scaled_dot_product_attention`` runs on each rank's (batch, head) block
+(``semantics.attention``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from parity.torch_impl import meshes
 from parity.torch_impl.semantics import specs as S
 from parity.torch_impl.tensors import from_local_blocks
 
-LOCAL_REDUCTIONS = frozenset({"prod", "__getitem__"})
+LOCAL_REDUCTIONS = frozenset({"prod", "__getitem__", "scaled_dot_product_attention"})
 
 
 def run_local_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -39,6 +42,10 @@ def run_local_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
     neither (a full reduction, basic indexing: they go the usual way)."""
     if func is torch.Tensor.__getitem__:
         return _advanced_index_with_grad(args, kwargs)
+    if func is torch.nn.functional.scaled_dot_product_attention:
+        from parity.torch_impl.semantics.attention import run_attention
+
+        return run_attention(args, kwargs)
     x = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     if not isinstance(x, DTensor) or not isinstance(dim, int):

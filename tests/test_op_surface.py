@@ -365,3 +365,9 @@ def test_hfftn_of_a_sharded_input(mesh):
         y = torch.fft.hfftn(x, norm="ortho")
     np.testing.assert_allclose(ti.to_numpy(y), torch.fft.hfftn(plain(a), norm="ortho").numpy(),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_to_sparse_is_refused_with_a_parity_error(mesh):
+    x = put(host((4, 4)), ("data", None), mesh)
+    with ti.jax_semantics(), pytest.raises(parity.UnsupportedOpError, match="dense"):
+        x.to_sparse()

@@ -71,8 +71,13 @@ def finish(proc: subprocess.Popen, timeout: float) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def runs():
-    procs = [launch("jax", CONFIGS), launch("torch", CONFIGS)]
+def runs(request):
+    # Only the configs this session selected (``-k gemma``, ``-k 2x4``): each
+    # config costs minutes on 2 cores.
+    selected = [item.callspec.params["config"] for item in request.session.items
+                if hasattr(item, "callspec") and "config" in item.callspec.params]
+    configs = [c for c in CONFIGS if c in selected] or CONFIGS
+    procs = [launch("jax", configs), launch("torch", configs)]
     try:
         jax, torch = (finish(p, 3500) for p in procs)
     finally:

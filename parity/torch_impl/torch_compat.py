@@ -32,6 +32,11 @@ def _newer(module: object, name: str, older: Callable) -> Callable:
 
 dist_all_gather_single = _newer(dist, "all_gather_single", dist.all_gather_into_tensor)
 dist_reduce_scatter_single = _newer(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+# The process group's own methods that those call after their Python checks.
+pg_all_gather_single = _newer(dist.ProcessGroup, "all_gather_single",
+                              dist.ProcessGroup._allgather_base)
+pg_reduce_scatter_single = _newer(dist.ProcessGroup, "reduce_scatter_single",
+                                  dist.ProcessGroup._reduce_scatter_base)
 funcol_all_gather_single = _newer(funcol, "all_gather_single", funcol.all_gather_tensor)
 funcol_reduce_scatter_single = _newer(funcol, "reduce_scatter_single",
                                       funcol.reduce_scatter_tensor)

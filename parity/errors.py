@@ -18,6 +18,8 @@ attributes, never the message.
 | ``LostRankError``        | ``other``            | ``rank`` (the lost peer)      |
 | ``DonatedArrayError``    | ``other``            | ``what`` (the call it went to)|
 | ``KerasInstallError``    | ``other``            | ``keras_version``, ``module`` |
+| ``KerasCompileError``    | ``unsupported``      | ``model``, ``step``, ``layer``,|
+|                          |                      | ``reason``                    |
 | ``ParityError`` (other)  | ``other``            | --                            |
 """
 
@@ -121,6 +123,20 @@ class KerasInstallError(ParityError):
         super().__init__(message)
         self.keras_version = keras_version
         self.module = module
+
+
+class KerasCompileError(ParityError):
+    """``model.compile(jit_compile=True)``: ``torch.compile`` could not
+    compile a Keras ``step`` (``"train"``, ``"test"``, ``"predict"``) of
+    ``model``; ``layer`` names the layer whose code it failed in (``None``
+    when the failure is outside every layer), ``reason`` is torch's."""
+
+    category: ClassVar[str] = "unsupported"
+
+    def __init__(self, message: str, *, model: str, step: str, layer: str | None,
+                 reason: str) -> None:
+        super().__init__(message)
+        self.model, self.step, self.layer, self.reason = model, step, layer, reason
 
 
 CATEGORIES = ("indivisible", "invalid-layout", "ambiguous-sharding", "unsupported", "other")

@@ -11,8 +11,9 @@
 * Steps, layer calls and the public trainer methods run inside
   ``mixing_context()``: plain tensors that meet DTensors count as replicated.
 * Callbacks run on the main thread while DTensors may reach their logs.
-* ``jit_compile=True`` runs the steps eagerly under a distribution (see
-  ``_should_torch_compile``); without one, torch.compile as usual.
+* ``jit_compile=True`` compiles the steps with ``torch.compile`` under a
+  distribution on initialized ranks, as without one; over simulated ranks
+  they run eagerly, with one warning (see ``_should_torch_compile``).
 * Attention with DTensor operands uses torch's math SDPA kernel (DTensor has
   no sharding rule for the CPU flash kernel's backward).
 """
@@ -161,11 +162,17 @@ def _wrap_make(name):
         "make_predict_function": "predict_function",
     }[name]
 
+    step = attr.split("_")[0]
+
     @functools.wraps(original)
     def make(self, force=False):
         original(self, force=force)
         fn = getattr(self, attr)
-        if fn is not None:
+        if fn is not None and not getattr(fn, "_parity_mixing", False):
+            if hasattr(fn, "_torchdynamo_orig_callable"):  # jit_compile=True
+                from parity.torch_impl.keras.compiled import naming_compile_errors
+
+                fn = naming_compile_errors(fn, self, step)
             setattr(self, attr, _in_mixing(fn))
         return getattr(self, attr)
 
@@ -173,18 +180,25 @@ def _wrap_make(name):
 
 
 def _should_torch_compile(self):
-    """Under a distribution the steps run eagerly (same values), with one
-    warning: ``torch.compile`` cannot trace DTensor programs over the
-    simulated ranks of ``LocalTensorMode`` (per-rank symbolic shapes), and
-    under torchrun AOTAutograd fails in the backward of a graph-broken Keras
-    step ("Expected a DTensor tangent but got a plain Tensor", torch 2.13)."""
-    if self.jit_compile and _distribution() is not None:
+    """``jit_compile=True`` compiles the steps with ``torch.compile`` under a
+    distribution too, on initialized ranks (``compile_support`` holds the
+    workarounds that make a graph-broken Keras step with DTensors compile).
+    Over simulated ranks (``simulate(n)``) the Keras step does not compile
+    (torch 2.13: AOTAutograd fails on ``LocalTensorMode``'s per-rank tensors,
+    "Multiple dispatch failed for 'torch._ops.aten.div.Tensor'"); there the
+    steps run eagerly (the same values) and parity says so once, with that
+    reason."""
+    from parity.torch_impl import state
+
+    if self.jit_compile and _distribution() is not None and state.mode() == "simulated":
         if not getattr(_state, "warned_jit", False):
             import warnings
 
             warnings.warn(
-                "parity: jit_compile=True runs eagerly under a keras.distribution "
-                "on torch (torch.compile does not handle these DTensor steps yet).",
+                "parity: jit_compile=True runs the steps eagerly over simulated ranks "
+                "(simulate(n)): torch.compile fails on LocalTensorMode's per-rank tensors "
+                "(AOTAutograd: \"Multiple dispatch failed for aten.div.Tensor\"). Under "
+                "torchrun (initialize()) the steps are compiled.",
                 stacklevel=2,
             )
             _state.warned_jit = True

@@ -98,6 +98,14 @@ def _initialize_with_initializer(self, initializer):
 def _direct_assign(self, value):
     current = self._value
     if self._layout is not None and isinstance(current, DTensor):
+        if (isinstance(value, DTensor) and value.device_mesh == current.device_mesh
+                and tuple(value.placements) == tuple(current.placements)):
+            # Already in the variable's layout (the usual case inside a
+            # step): copy, without the layout conversion torch.compile would
+            # have to trace (it breaks the graph on the mesh's numpy devices).
+            with torch.no_grad():
+                current.copy_(value)
+            return
         if not isinstance(value, DTensor):
             value = kdl._host_value(value)
         value = kdl.distribute_tensor(value, self._layout)

@@ -157,7 +157,16 @@ def _parity_layout(layout) -> parity.TensorLayout:
         raise ValueError(
             "Cannot create sharding when device mesh is not set for TensorLayout."
         )
-    return require_layout(parity.TensorLayout(tuple(layout.axes), _parity_mesh(mesh)))
+    # Kept on the Keras layout (for the axes and mesh it was made from):
+    # inside a compiled step dynamo then reads an attribute instead of
+    # tracing the mesh conversion (numpy device arrays break its graph).
+    cached = getattr(layout, "_parity_layout", None)
+    axes = tuple(layout.axes)
+    if cached is not None and cached[0] == axes and cached[1] is mesh:
+        return cached[2]
+    converted = require_layout(parity.TensorLayout(axes, _parity_mesh(mesh)))
+    layout._parity_layout = (axes, mesh, converted)
+    return converted
 
 
 def _passes_through(x) -> bool:
@@ -219,6 +228,8 @@ def distribute_tensor(tensor, layout):
         target = _parity_layout(layout)
         return tree.map_structure(lambda t: _distribute_one(t, target), tensor)
     if _passes_through(tensor):
+        if getattr(layout, "device_mesh", None) is not None:
+            _parity_layout(layout)  # built symbolically: fills the cache a compiled step reads
         return tensor
     return _distribute_one(tensor, _parity_layout(layout))
 

@@ -1,0 +1,163 @@
+"""A tensor-parallel (Megatron) MLP training step on gloo ranks: parity's
+``jax_semantics()`` step eager, the same step under ``torch.compile``, and
+``jax.jit`` of the same step on as many CPU devices -- ratios from one run
+(issue 15, item 5).
+
+    python -m benchmarks.compiled_step [--world 2] [--steps 20] [--backend aot_eager]
+
+Model: x (batch 64, 256) replicated, w1 (256, 512) column-parallel, w2
+(512, 16) row-parallel on mesh axis ``model``,
+``mean((tanh(x @ w1) @ w2 - 1) ** 2)``, a hand-written SGD update with
+``loss.backward()`` inside the compiled step. Each timing is the median
+step after warm-up (the compile happens in warm-up), rank 0's; one thread
+per process on both sides. Prints one JSON line, then a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH, FEATURES, HIDDEN, OUT = 64, 256, 512, 16
+LR = 0.1
+
+
+def host(shape, seed):
+    import numpy as np
+
+    return (np.random.default_rng(seed).standard_normal(shape) * 0.05).astype(np.float32)
+
+
+def _median_step(fn, steps: int, warmup: int, sync=None) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        fn()
+        if sync is not None:
+            sync()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def torch_rank(steps: int, warmup: int, backend: str, out: str) -> None:
+    """One gloo rank: eager and compiled step times (rank 0 writes them)."""
+    import torch
+
+    import parity
+    from parity import torch_impl as ti
+
+    torch.set_num_threads(1)
+    ti.initialize()
+    mesh = parity.DeviceMesh((ti.num_processes(),), ("model",))
+    L = parity.TensorLayout
+    x = ti.distribute_tensor(host((BATCH, FEATURES), 0), L((None, None), mesh))
+    result = {}
+    for name in ("eager", "compiled"):
+        torch._dynamo.reset()
+        w1 = ti.distribute_variable(host((FEATURES, HIDDEN), 1), L((None, "model"), mesh))
+        w2 = ti.distribute_variable(host((HIDDEN, OUT), 2), L(("model", None), mesh))
+
+        def step():
+            loss = (torch.tanh(x @ w1) @ w2 - 1).pow(2).mean()
+            loss.backward()
+            with torch.no_grad():
+                for p in (w1, w2):
+                    p.sub_(LR * p.grad)
+                    p.grad = None
+            return loss
+
+        fn = torch.compile(step, backend=backend) if name == "compiled" else step
+        with ti.jax_semantics():
+            start = time.perf_counter()
+            fn()
+            first = time.perf_counter() - start
+            result[name] = {"step_s": _median_step(fn, steps, warmup), "first_call_s": first}
+    if ti.process_id() == 0:
+        Path(out).write_text(json.dumps(result))
+
+
+def jax_child(world: int, steps: int, warmup: int) -> dict:
+    """``jax.jit`` of the same step on ``world`` CPU devices."""
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={world}"
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:world]), ("model",))
+    weights = (NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("model", None)))
+
+    def loss_fn(p, x):
+        return jnp.mean((jnp.tanh(x @ p[0]) @ p[1] - 1) ** 2)
+
+    @jax.jit
+    def step(p, x):
+        loss, g = jax.value_and_grad(loss_fn)(p, x)
+        return loss, tuple(w - LR * gw for w, gw in zip(p, g))
+
+    x = jax.device_put(host((BATCH, FEATURES), 0), NamedSharding(mesh, P()))
+    state = {"p": (jax.device_put(host((FEATURES, HIDDEN), 1), weights[0]),
+                   jax.device_put(host((HIDDEN, OUT), 2), weights[1]))}
+
+    def run():
+        loss, state["p"] = step(state["p"], x)
+        loss.block_until_ready()
+
+    return {"step_s": _median_step(run, steps, warmup)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--backend", default="aot_eager", help="torch.compile backend")
+    p.add_argument("--role", choices=["main", "torch", "jax"], default="main")
+    p.add_argument("--out")
+    a = p.parse_args()
+    if a.role == "torch":
+        return torch_rank(a.steps, a.warmup, a.backend, a.out)
+    if a.role == "jax":
+        return print(json.dumps(jax_child(a.world, a.steps, a.warmup)))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "torch.json")
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        f"--nproc_per_node={a.world}", "-m", "benchmarks.compiled_step",
+                        "--role", "torch", "--steps", str(a.steps), "--warmup", str(a.warmup),
+                        "--backend", a.backend, "--out", out],
+                       env=env, check=True, cwd=ROOT, capture_output=True)
+        torch_res = json.loads(Path(out).read_text())
+    jax_proc = subprocess.run([sys.executable, "-m", "benchmarks.compiled_step", "--role", "jax",
+                               "--world", str(a.world), "--steps", str(a.steps),
+                               "--warmup", str(a.warmup)],
+                              env=env, check=True, cwd=ROOT, capture_output=True, text=True)
+    jax_res = json.loads(jax_proc.stdout.strip().splitlines()[-1])
+    eager, compiled, jitted = (torch_res["eager"]["step_s"], torch_res["compiled"]["step_s"],
+                               jax_res["step_s"])
+    summary = {"world": a.world, "backend": a.backend, "eager_s": eager, "compiled_s": compiled,
+               "jax_jit_s": jitted, "compiled_over_eager": compiled / eager,
+               "compiled_over_jax": compiled / jitted, "eager_over_jax": eager / jitted,
+               "compile_first_call_s": torch_res["compiled"]["first_call_s"]}
+    print(json.dumps(summary))
+    print(f"MLP {FEATURES}-{HIDDEN}-{OUT}, batch {BATCH}, {a.world} gloo ranks / CPU devices")
+    print(f"  parity eager     {eager * 1e3:8.2f} ms")
+    print(f"  parity compiled  {compiled * 1e3:8.2f} ms  ({compiled / eager:.2f}x eager, "
+          f"{compiled / jitted:.2f}x JAX)   first call {summary['compile_first_call_s']:.1f} s")
+    print(f"  JAX jit          {jitted * 1e3:8.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -149,3 +149,20 @@ def test_a_backward_entry_point_is_never_remembered_as_direct_or_clean(mesh):
     remembered = list(fast_path.DIRECT) + [key[0] for key in fast_path.CLEAN]
     assert torch.Tensor.backward not in remembered
     assert ti.describe(x.grad).spec == (("data",), ("model",))
+
+
+def test_a_clean_call_without_grad_does_not_let_a_grad_call_skip_the_backward_fallback(mesh):
+    """hardtanh has no DTensor backward (fallback.BACKWARD_MISSING): remembered
+    clean from a call whose operand needs no gradient, the same layout with a
+    non-leaf operand that needs one must still take the fallback."""
+    import torch.nn.functional as F
+
+    a = host((8, 16))
+    with ti.jax_semantics():
+        F.hardtanh(ti.distribute_tensor(a, L(("data", "model"), mesh)))
+        leaf = ti.distribute_tensor(a, L(("data", "model"), mesh)).requires_grad_()
+        y = F.hardtanh(leaf * 1.0)  # a non-leaf that requires grad
+        y.sum().backward()
+    want = ((a >= -1) & (a <= 1)).astype(np.float32)
+    np.testing.assert_allclose(ti.to_numpy(leaf.grad), want)
+    assert tuple(leaf.grad.placements) == tuple(leaf.placements)

@@ -6,8 +6,10 @@ reduction and already come out with JAX's placement: the mode's work for
 them is pure overhead. Whether a call is such a *clean* call depends only on
 what DTensor's own sharding propagation sees: the function, each DTensor's
 ``DTensorSpec`` (mesh, placements, shape, stride, dtype), the non-tensor
-arguments, grad mode, whether a DTensor is a leaf that requires grad (those
-always go through ``redistribute``), and the scope's ``defer`` option. The
+arguments, grad mode, whether a DTensor needs a gradient and is a leaf
+(leaves always go through ``redistribute``; an op DTensor has no backward
+for takes the fallback when any operand needs a gradient), and the scope's
+``defer`` option. The
 first call with a given signature runs the whole rule; if nothing moved, the
 signature is remembered and later calls run the op directly.
 
@@ -43,7 +45,7 @@ def signature(func: Any, args: tuple, kwargs: dict | None, defer: bool) -> tuple
     for value in args:
         if type(value) is DTensor:  # the common case, inlined: this runs per op
             append(value._spec)
-            append(grad and value.requires_grad and value.is_leaf)
+            append(_grad_role(value) if grad else 0)
         elif not _add(parts, value, grad):
             return None
     if kwargs:
@@ -62,13 +64,22 @@ def _add(parts: list, value: Any, grad: bool) -> bool:
         return True
     if isinstance(value, DTensor):
         parts.append(value._spec)
-        parts.append(grad and value.requires_grad and value.is_leaf)
+        parts.append(_grad_role(value) if grad else 0)
         return True
     if kind is tuple or kind is list or kind is torch.Size:
         parts.append(kind)
         parts.append(len(value))
         return all(_add(parts, v, grad) for v in value)
     return False
+
+
+def _grad_role(x: DTensor) -> int:
+    """0: no gradient; 1: an intermediate that needs one (ops DTensor has no
+    backward for take the fallback); 2: a leaf that needs one (always
+    redistributed, so its gradient comes back in place)."""
+    if not x.requires_grad:
+        return 0
+    return 2 if x.is_leaf else 1
 
 
 def remember(key: tuple) -> None:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The README's test command: set up, then run the pytest suite.
+# The README's test command: set up, then run the default pytest suite (every
+# test but the groups marked slow or multiprocess; scripts/test_slow.sh runs
+# those, and CI runs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q -m "not slow and not multiprocess" "$@"

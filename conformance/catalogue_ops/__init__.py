@@ -12,7 +12,7 @@ the first 55 (``NEW_BUDGET``: layout combinations per mesh (8,), (2,4),
 
 from __future__ import annotations
 
-NEW_BUDGET = (1, 3, 2)
+NEW_BUDGET = (1, 2, 1)
 
 
 def all_ops() -> list:

@@ -102,7 +102,9 @@ def main(argv: list[str]) -> int:
     import pytest
 
     import keras
+    from keras_under_test import assert_keras_under_test
 
+    assert_keras_under_test()  # after KERAS_BACKEND is set: Keras picks its backend at import
     if backend == "jax":
         import jax
 
@@ -130,7 +132,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from keras_under_test import assert_keras_under_test
-
-    assert_keras_under_test()
     sys.exit(main(sys.argv[1:]))

@@ -34,9 +34,10 @@ def free_port() -> int:
 
 
 def clean_env(**extra) -> dict:
-    env = {k: v for k, v in child_env(**extra).items()
+    env = {k: v for k, v in child_env().items()
            if not k.startswith(("KERAS_DISTRIBUTION_", "TORCHELASTIC_"))
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(extra)  # after the filter: the test's own KERAS_DISTRIBUTION_* stay
     return env
 
 

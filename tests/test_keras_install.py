@@ -10,14 +10,13 @@ Keras its own ``distribution_lib`` back. The checks live in
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from check_lines import assert_check_passed, check_outcomes
 from subprocess_env import child_env
 
 pytestmark = [
@@ -38,16 +37,9 @@ def check_results() -> dict[str, tuple[str, str]]:
     proc = subprocess.run([sys.executable, str(CHECKS_FILE)], env=env, capture_output=True,
                           text=True, timeout=500, cwd=ROOT)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    results = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("CHECK "):
-            _, name, status, *rest = line.split(" ", 3)
-            results[name] = (status, json.loads(rest[0]) if rest else "")
-    return results
+    return check_outcomes(proc.stdout)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_keras_install(check_results, name):
-    assert name in check_results, f"{name} did not run"
-    status, message = check_results[name]
-    assert status == "ok", message
+    assert_check_passed(check_results, name)

@@ -9,12 +9,12 @@ is one test here. On keras 3.15.1, which has no torch distribution, they skip.
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from pathlib import Path
 
 import pytest
 
+from check_lines import assert_check_passed, check_outcomes
 from test_keras_torch import run_keras
 
 
@@ -38,16 +38,9 @@ NAMES = re.findall(r"^def (check_\w+)\(", CHECKS_FILE.read_text(), re.M)
 
 @pytest.fixture(scope="module")
 def check_results() -> dict[str, tuple[str, str]]:
-    results = {}
-    for line in run_keras(CHECKS_FILE, "torch").splitlines():
-        if line.startswith("CHECK "):
-            _, name, status, *rest = line.split(" ", 3)
-            results[name] = (status, json.loads(rest[0]) if rest else "")
-    return results
+    return check_outcomes(run_keras(CHECKS_FILE, "torch"))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_keras_own_torch_distribution(check_results, name):
-    assert name in check_results, f"{name} did not run"
-    status, message = check_results[name]
-    assert status == "ok", message
+    assert_check_passed(check_results, name)

@@ -14,7 +14,6 @@ seen 8.4e-6); the layout of every weight and optimizer slot must be equal.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

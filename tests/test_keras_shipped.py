@@ -8,7 +8,6 @@ in the README (Keras section), with the reason).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -7,8 +7,6 @@ simulated devices; each check is one test here.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
 import sys
@@ -17,6 +15,7 @@ from pathlib import Path
 import importlib.util
 
 import pytest
+from check_lines import assert_check_passed, check_outcomes
 from subprocess_env import child_env
 
 pytestmark = [
@@ -43,21 +42,10 @@ def run_keras(script: Path, backend: str, *args: str, timeout: float = 600) -> s
 
 
 @pytest.fixture(scope="module")
-def check_results() -> dict[str, str]:
-    out = run_keras(CHECKS_FILE, "torch")
-    results = {}
-    for line in out.splitlines():
-        if line.startswith("CHECK "):
-            _, name, status, *rest = line.split(" ", 3)
-            message = json.loads(rest[0]) if rest else ""
-            results.setdefault(name, (status, message))
-            if status != "ok":  # a check that runs twice fails if either run fails
-                results[name] = (status, message)
-    return results
+def check_results() -> dict[str, tuple[str, str]]:
+    return check_outcomes(run_keras(CHECKS_FILE, "torch"))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_keras_torch(check_results, name):
-    assert name in check_results, f"{name} did not run"
-    status, message = check_results[name]
-    assert status == "ok", message
+    assert_check_passed(check_results, name)

@@ -9,7 +9,6 @@ tests/test_faults.py, which starts plain processes with only those set.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys

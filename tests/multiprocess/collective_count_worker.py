@@ -18,7 +18,6 @@ file named by ``PARITY_RESULT_FILE``.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections import Counter
@@ -30,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import compiled_step_worker as csw  # noqa: E402
 from parity import torch_impl as ti  # noqa: E402
+from rank_result import report  # noqa: E402
 
 import parity  # noqa: E402
 
@@ -80,10 +80,7 @@ def main() -> None:
             step = csw.make_step("hand", csw.make_params(mesh))
             fn = torch.compile(step, backend="aot_eager") if name == "compiled" else step
             results[name] = count(fn, x)
-    if ti.process_id() == 0:
-        with open(os.environ["PARITY_RESULT_FILE"], "w") as f:
-            json.dump(results, f)
-    print(f"rank {ti.process_id()}: ok {results}", flush=True)
+    report(results, echo=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ also compiles the forward and loss alone with ``fullgraph=True``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 
@@ -29,6 +28,7 @@ from torch._dynamo.utils import counters
 
 import parity
 from parity import torch_impl as ti
+from rank_result import report
 
 L = parity.TensorLayout
 STEPS = 2
@@ -141,10 +141,7 @@ def main() -> None:
                for u in updates}
     if os.environ.get("PARITY_FULLGRAPH") == "1":
         results["fullgraph_forward"] = fullgraph_forward(mesh, x, scope)
-    if ti.process_id() == 0:
-        with open(os.environ["PARITY_RESULT_FILE"], "w") as f:
-            json.dump(results, f)
-    print(f"rank {ti.process_id()}: ok", flush=True)
+    report(results)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,6 @@ the compiled step is checked on real ranks.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 import numpy as np
@@ -31,6 +29,7 @@ from torch._dynamo.utils import counters
 
 import parity
 from parity import torch_impl as ti
+from rank_result import report
 
 L = parity.TensorLayout
 
@@ -74,10 +73,7 @@ def main() -> None:
             "specs": [ti.describe(p).spec for p in params],
             "grad_specs": [ti.describe(p.grad).spec for p in params],
         }
-    if ti.process_id() == 0:
-        with open(os.environ["PARITY_RESULT_FILE"], "w") as f:
-            json.dump(results, f)
-    print(f"rank {ti.process_id()}: ok", flush=True)
+    report(results)
 
 
 if __name__ == "__main__":

@@ -14,14 +14,13 @@ named by ``PARITY_RESULT_FILE``.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 
 import numpy as np
 import torch
 
 import parity
 from parity import torch_impl as ti
+from rank_result import report
 
 L = parity.TensorLayout
 
@@ -53,10 +52,7 @@ def main() -> None:
         name: {"eager": run(mesh, scope, False), "compiled": run(mesh, scope, True)}
         for name, scope in (("raw", contextlib.nullcontext), ("parity", ti.jax_semantics))
     }
-    if ti.process_id() == 0:
-        with open(os.environ["PARITY_RESULT_FILE"], "w") as f:
-            json.dump(results, f)
-    print(f"rank {ti.process_id()}: ok", flush=True)
+    report(results)
 
 
 if __name__ == "__main__":

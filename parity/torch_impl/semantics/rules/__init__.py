@@ -31,8 +31,13 @@ marks it ``chosen``.
 |                            | spec (stack: new dim None)        |                                 |
 | shapes: split, chunk, ...  | _split: the operand's spec        | the split dim gathered          |
 | indexing: slices, pad      | _slice/_pad: the operand's spec   | the sliced/padded dims gathered |
-| spatial: conv*, *pool*     | conv_general_dilated / reduce_    | batch (pooling: and channel)    |
-|                            | window: batch dim kept            | kept, the rest gathered         |
+| rearrange: flip, rot90,    | _rev, select, _slice, _split: the | the touched dims gathered       |
+| tril/triu, narrow, glu,    | operand's spec (rot90: two dims   |                                 |
+| repeat_interleave, diag    | swapped; diag: (spec, None))      |                                 |
+| linalg: eigh, eigvalsh     | batch dims kept                   | the matrix dims gathered        |
+| spatial: conv*, *pool*     | conv_general_dilated: batch dim   | batch (pooling: and channel)    |
+|                            | kept; reduce_window (max/avg/lp   | kept, the rest gathered         |
+|                            | pooling): the operand's spec      |                                 |
 
 Any output spec is fitted to the output's shape: a dim that does not divide
 by its shard count is replicated (JAX refuses uneven shards; that case is
@@ -46,6 +51,8 @@ from parity.torch_impl.semantics.rules import (  # noqa: F401 - registers the fa
     embedding,
     indexing,
     layers,
+    linalg,
+    rearrange,
     reductions,
     shapes,
     spatial,

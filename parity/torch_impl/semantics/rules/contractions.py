@@ -1,4 +1,4 @@
-"""Contractions: matmul, mm, bmm, linear, einsum -- JAX's
+"""Contractions: matmul, mm, bmm, linear, einsum, inner, linalg.multi_dot -- JAX's
 ``_dot_general_sharding_rule`` (``parity.sharding_rules.contraction``).
 
 Each call is lettered as an einsum; the algebra gives every operand's spec
@@ -9,6 +9,7 @@ output's. With one pending operand the call is linear:
 
 from __future__ import annotations
 
+import torch
 from torch.distributed.tensor import DTensor
 
 from parity import sharding_rules as R
@@ -81,3 +82,72 @@ def einsum(call: Call) -> Plan:
     if any(len(set(l)) != len(l) for l in letters):
         raise NotCovered  # a repeated letter (a diagonal)
     return _plan(call, ops, letters, out_letters)
+
+
+@rule_for(*torch_ops("inner"))
+def inner(call: Call) -> Plan:
+    """``inner(a, b)``: the last dims contracted, ``a``'s other dims then
+    ``b``'s in the output (``jnp.inner`` is that dot_general)."""
+    ops = call.tensors()
+    if len(ops) != 2 or "out" in call.kwargs:
+        raise NotCovered
+    (la, a), (lb, b) = ops
+    if a.ndim < 1 or b.ndim < 1:
+        raise NotCovered  # a scalar operand: elementwise, not a contraction
+    lets_a = "abcdefgh"[: a.ndim - 1] + "k"
+    lets_b = "pqrstuvw"[: b.ndim - 1] + "k"
+    return _plan(call, [(la, a), (lb, b)], [lets_a, lets_b], lets_a[:-1] + lets_b[:-1])
+
+
+def _chain(operands: list, sizes) -> tuple:
+    """``(output spec, chosen)`` of a product of ``(spec, shape)`` matrices
+    contracted pairwise in the order ``jnp.linalg.multi_dot`` (an einsum
+    with opt_einsum's optimal path) takes: for three, the cheaper of
+    ``(ab)c`` and ``a(bc)``; a tie whose orders give different specs is
+    ``chosen``."""
+
+    def mm(x, y):
+        result = R.contract([x, y], ["mk", "kn"], "mn", sizes)
+        return (result.output, (x[1][0], y[1][1])), result.chosen
+
+    if len(operands) == 2:
+        (spec, _), chosen = mm(*operands)
+        return spec, chosen
+    a, b, c = operands
+    (p, q), r, s = a[1], b[1][1], c[1][1]
+    left_cost, right_cost = p * q * r + p * r * s, q * r * s + p * q * s
+    ab, c1 = mm(a, b)
+    left, c2 = mm(ab, c)
+    bc, c3 = mm(b, c)
+    right, c4 = mm(a, bc)
+    if left_cost < right_cost:
+        return left[0], c1 or c2
+    if right_cost < left_cost:
+        return right[0], c3 or c4
+    return left[0], c1 or c2 or left[0] != right[0]
+
+
+@rule_for((torch.linalg.multi_dot, "multi_dot"))
+def multi_dot(call: Call) -> Plan:
+    """``linalg.multi_dot`` of two or three operands: the chained
+    contraction's spec (a vector at either end is a one-row / one-column
+    matrix, its extra dim dropped after). DTensor computes the product;
+    the result is laid out on that spec."""
+    seq = call.arg(0, "tensors")
+    if ("out" in call.kwargs or not isinstance(seq, (list, tuple)) or not 2 <= len(seq) <= 3
+            or not all(isinstance(t, DTensor) for t in seq)):
+        raise NotCovered  # more operands (opt_einsum's search), or a plain one
+    first, last = seq[0].ndim, seq[-1].ndim
+    if first not in (1, 2) or last not in (1, 2) or any(t.ndim != 2 for t in seq[1:-1]):
+        raise NotCovered  # torch refuses it
+    mats = []
+    for j, t in enumerate(seq):
+        spec, shape = S.spec_of(t), tuple(t.shape)
+        if t.ndim == 1:
+            spec, shape = (((),) + spec, (1,) + shape) if j == 0 else (spec + ((),), shape + (1,))
+        mats.append((spec, shape))
+    out, chosen = _chain(mats, call.sizes)
+    out = out[1 if first == 1 else 0: 1 if last == 1 else 2]
+    sizes = call.sizes
+    return Plan({}, lambda outs: [R.fit_to_shape(out, outs[0].shape, sizes)
+                                  if outs[0].ndim == len(out) else None], chosen=chosen)

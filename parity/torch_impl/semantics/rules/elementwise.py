@@ -36,7 +36,9 @@ ELEMENTWISE_NAMES = """add __add__ __radd__ add_ __iadd__ sub __sub__ __rsub__ s
     logical_and logical_or logical_not logical_xor __and__ __or__ __xor__ __invert__
     bitwise_and bitwise_or bitwise_not isnan isinf isfinite nan_to_num lerp addcmul addcdiv
     masked_fill copy_ fill_ zero_ float double half bfloat16 int long bool to type_as
-    clone contiguous detach sigmoid_ tanh_ exp_""".split()
+    clone contiguous detach sigmoid_ tanh_ exp_
+    hardswish hardsigmoid logsigmoid log_sigmoid softshrink hardshrink selu celu softsign
+    tanhshrink threshold""".split()
 
 
 def _inplace(name: str) -> bool:

@@ -88,3 +88,30 @@ def cumulative(call: Call) -> Plan:
     target = R.replicate_dims(spec, [dim % x.ndim])
     return Plan({loc: target}, lambda outs: [target] * len(outs), linear=call.name == "cumsum",
                 chosen=target != spec)
+
+
+@rule_for(*torch_ops("quantile", "nanquantile"))
+def quantile(call: Call) -> Plan:
+    """A reduction whose output has a leading dim per entry of a vector
+    ``q`` (replicated, as ``jnp.quantile`` gives). JAX sorts along the
+    reduced dims, which must be unsharded: a sharded one is ``chosen``."""
+    if "out" in call.kwargs:
+        raise NotCovered
+    ops = call.tensors()
+    if not ops or ops[0][0] != ("a", 0):
+        raise NotCovered
+    x, q = ops[0][1], call.arg(1, "q")
+    if isinstance(q, torch.Tensor) and q.ndim > 1:
+        raise NotCovered  # torch refuses it
+    lead = ((),) if isinstance(q, torch.Tensor) and q.ndim == 1 else ()
+    dims = _dims(call.arg(2, "dim"), x.ndim)
+    keepdim = call.arg(3, "keepdim", default=False)
+    if not isinstance(keepdim, bool):
+        raise NotCovered
+    spec = S.spec_of(x)
+    out = lead + R.reduce(spec, dims, keepdim)
+    reduced = range(x.ndim) if dims is None else dims
+    chosen = any(spec[d] for d in reduced)
+    sizes = call.sizes
+    return Plan({}, lambda outs: [R.fit_to_shape(out, o.shape, sizes) if o.ndim == len(out)
+                                  else None for o in outs], chosen=chosen)

@@ -143,3 +143,54 @@ def split(call: Call) -> Plan:
     # as the old rule: each piece keeps the operand's spec, fitted to its shape
     return Plan({loc: before}, lambda outs: [R.fit_to_shape(spec, o.shape, sizes) for o in outs])
 
+
+
+def _promoted(name: str, spec, ndim: int):
+    """``(spec after the op's atleast_Nd / column promotion, joined dim of
+    the promoted operand, joined dim of the operand itself or None)`` for
+    hstack / vstack / dstack / column_stack (torch's and jnp's promotions)."""
+    if name in ("vstack", "row_stack"):
+        if ndim == 0:
+            return ((), ()), 0, None
+        if ndim == 1:
+            return ((),) + spec, 0, None
+        return spec, 0, 0
+    if name == "dstack":
+        if ndim == 0:
+            return ((), (), ()), 2, None
+        if ndim == 1:
+            return ((),) + spec + ((),), 2, None
+        if ndim == 2:
+            return spec + ((),), 2, None
+        return spec, 2, 2
+    if name == "column_stack" and ndim <= 1:
+        return (spec or ((),)) + ((),), 1, None
+    if ndim == 0:  # hstack of scalars: a vector
+        return ((),), 0, None
+    if ndim == 1:  # hstack of vectors joins dim 0
+        return spec, 0, 0
+    return spec, 1, 1
+
+
+@rule_for(*torch_ops("hstack", "vstack", "dstack", "column_stack", "row_stack"))
+def join_promoted(call: Call) -> Plan:
+    """JAX's ``_concatenate`` after the promotion: the operands' common
+    spec (the joined dim kept), the joined dim gathered first."""
+    if "out" in call.kwargs:
+        raise NotCovered
+    seq = call.arg(0, "tensors")
+    if not isinstance(seq, (list, tuple)) or not seq or not all(isinstance(t, DTensor) for t in seq):
+        raise NotCovered  # a plain tensor among the operands
+    loc0 = ("a", 0) if call.args and call.args[0] is seq else ("k", "tensors")
+    inputs, promoted = {}, []
+    for j, t in enumerate(seq):
+        spec = S.spec_of(t)
+        after, _, own = _promoted(call.name, spec, t.ndim)
+        promoted.append(after)
+        if own is not None:
+            inputs[loc0 + (j,)] = R.replicate_dims(spec, [own])
+    out = promoted[0]
+    sizes = call.sizes
+    return Plan(inputs, lambda outs: [R.fit_to_shape(out, outs[0].shape, sizes)
+                                      if outs[0].ndim == len(out) else None],
+                chosen=any(p != out for p in promoted[1:]))

@@ -12,7 +12,13 @@ must be 1 when there is padding"). Here:
 * pooling (max, avg, adaptive, lp, fractional, unpool): the input keeps its
   batch and channel dims' specs (pooling is per channel) and gathers the
   spatial dims; every output (values, and indices where returned) has that
-  spec on its leading dims, spatial dims replicated.
+  spec on its leading dims. Max, avg and lp pooling are JAX's
+  ``reduce_window``, whose rule keeps the operand's spec on every dim
+  (``_get_sharding_for_varying_out_shape``: JAX refuses an output dim the
+  spec no longer divides, ``chosen``): their outputs get the input's spec
+  back on the spatial dims too, fitted to the output's shape. Adaptive,
+  fractional pooling and unpooling have no JAX primitive: spatial dims
+  replicated.
 """
 
 from __future__ import annotations
@@ -30,12 +36,16 @@ _POOL = {
 } | {f"max_pool{k}d_with_indices": k for k in (1, 2, 3)} | {
     f"adaptive_max_pool{k}d_with_indices": k for k in (1, 2, 3)
 } | {"fractional_max_pool2d": 2, "fractional_max_pool3d": 3}
+# JAX's reduce_window: outputs keep the operand's spec on the spatial dims too
+_WINDOW = frozenset(name for name in _POOL if name.lstrip("_").startswith(("max_pool", "avg_pool",
+                                                                             "lp_pool")))
 
 
-def _leading(call: Call, spatial: int, kept: int) -> Plan:
+def _leading(call: Call, spatial: int, kept: int, window: bool = False) -> Plan:
     """Input (argument 0) keeps the specs of its first ``kept`` dims of the
     batched layout (fewer when unbatched), every other DTensor operand is
-    replicated; outputs take the input's kept specs on their leading dims."""
+    replicated; outputs take the input's kept specs on their leading dims
+    (``window``: the input's whole spec, on outputs of the input's rank)."""
     ops = call.tensors()
     if not ops or ops[0][0] != ("a", 0):
         raise NotCovered
@@ -52,7 +62,8 @@ def _leading(call: Call, spatial: int, kept: int) -> Plan:
     sizes = call.sizes
 
     def outputs(outs):
-        return [R.fit_to_shape(before[:keep] + ((),) * (o.ndim - keep), o.shape, sizes)
+        return [R.fit_to_shape(spec if window and o.ndim == x.ndim
+                               else before[:keep] + ((),) * (o.ndim - keep), o.shape, sizes)
                 if o.ndim >= keep else None for o in outs]
 
     return Plan(inputs, outputs)
@@ -65,4 +76,4 @@ def convolution(call: Call) -> Plan:
 
 @rule_for(*torch_ops(*_POOL))
 def pooling(call: Call) -> Plan:
-    return _leading(call, _POOL[call.name], kept=2)
+    return _leading(call, _POOL[call.name], kept=2, window=call.name in _WINDOW)

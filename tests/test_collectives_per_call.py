@@ -118,3 +118,48 @@ def test_repeated_calls_resolve_their_plan_once():
         out = {"built": sorted(built)}
     """)
     assert out["built"] == ["all_gather", "all_reduce", "reduce_scatter"]
+
+
+def test_repeated_collectives_run_no_python_outside_parity():
+    # The hot path calls the process group's C++ method and DTensor's C++
+    # constructor: no torch.distributed / DTensor Python per call, except
+    # DTensorSpec.__hash__ (the plan key holds the spec; its hash is cached).
+    out = run("""
+        import sys
+        x = block()
+        calls = lambda: (ti.all_reduce(x, "sum", axis_name="x"), ti.all_gather(x, 0, "x"),
+                         ti.reduce_scatter(x, 0, "x", "mean"))
+        calls()
+        foreign = []
+        def hook(frame, event, arg):
+            if event == "call" and "/parity/" not in frame.f_code.co_filename:
+                foreign.append(frame.f_code.co_filename + ":" + frame.f_code.co_name)
+        sys.setprofile(hook)
+        for _ in range(3):
+            calls()
+        sys.setprofile(None)
+        foreign = [f for f in foreign if not f.startswith("<string>")
+                   and not f.endswith("/_dtensor_spec.py:__hash__")]
+        out = {"foreign": sorted(set(foreign))}
+    """)
+    assert out["foreign"] == []
+
+
+def test_collectives_inside_torchs_coalescing_manager_are_queued_not_sent():
+    # torch's manager takes one kind of collective at a time.
+    out = run("""
+        from torch.distributed import distributed_c10d as c10d
+        x = block()
+        group = dist.group.WORLD
+        calls = {"all_reduce": lambda: ti.all_reduce(x, "sum", axis_name="x"),
+                 "all_gather": lambda: ti.all_gather(x, 0, "x"),
+                 "reduce_scatter": lambda: ti.reduce_scatter(x, 0, "x")}
+        out = {}
+        for name, call in calls.items():
+            call()  # its plan built outside
+            with dist._coalescing_manager(group=group, device=torch.device("cpu")):
+                call()
+                call()
+                out[name] = len(c10d._world.pg_coalesce_state[group])
+    """)
+    assert out == {"all_reduce": 2, "all_gather": 2, "reduce_scatter": 2}

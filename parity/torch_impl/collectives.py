@@ -35,8 +35,9 @@ from parity.errors import IndivisibleError, ParityError
 from parity.layout import spec_without_axis
 from parity.torch_impl import state
 from parity.torch_impl.distribute import require_dtensor
-from parity.torch_impl.donation import DonatedTensor, donate_block, invalidate, take
-from parity.torch_impl.group_ops import Group, all_gather_block, all_reduce_block
+from parity.torch_impl.donation import DonatedTensor, donate_block, invalidate, kept_blocks, take
+from parity.torch_impl.group_ops import COALESCING, Group, all_gather_block, all_reduce_block
+from parity.torch_impl.group_ops import direct_call
 from parity.torch_impl.group_ops import reduce_scatter_block
 from parity.torch_impl.meshes import mesh_axis_names
 from parity.torch_impl.tensors import global_shape_from_local, resolve_pending, result_spec
@@ -47,18 +48,25 @@ class _Plan:
     """What one (input spec, collective, op, axis name, axis) needs per call."""
 
     __slots__ = ("pending", "group", "axis", "to_float", "out_spec", "kind", "marker",
-                 "out_local", "reuse")
+                 "out_local", "out_dims", "reuse", "call", "mean")
 
     def __init__(self, pending: bool, group: Group | None = None, axis: int = 0,
                  to_float: bool = False, out_spec: Any = None, kind: str = "",
-                 out_local: torch.Size | None = None) -> None:
+                 out_local: torch.Size | None = None, op: str = "sum",
+                 dtype: torch.dtype | None = None) -> None:
         self.pending, self.group, self.axis = pending, group, axis
         self.to_float, self.out_spec, self.kind = to_float, out_spec, kind
         self.marker: DonatedTensor | None = None
         # The local result's shape; whether it may go into a kept donated
         # block (multi-process, the collective writes one contiguous buffer).
         self.out_local = out_local
+        self.out_dims = None if out_local is None else tuple(out_local)
         self.reuse = group is not None and group.direct and axis == 0
+        # The process group's own method, called inline (see _direct), where
+        # it applies: multi-process, dim 0, a real dtype, no integer mean.
+        self.call = (direct_call(group, kind, op, dtype)
+                     if group is not None and axis == 0 and not to_float else None)
+        self.mean = op == "mean"
 
     def donate(self, x: DTensor, keep: bool) -> None:
         """Invalidate ``x``, donated to this collective; ``keep``: its block
@@ -72,7 +80,9 @@ class _Plan:
 
     def output_buffer(self, like: torch.Tensor) -> torch.Tensor | None:
         """A kept donated block to write the result into, or ``None``."""
-        return take(self.out_local, like.dtype, like.device) if self.reuse else None
+        if self.reuse and kept_blocks:
+            return take(self.out_local, like.dtype, like.device)
+        return None
 
 
 # Keyed on the torch mesh's identity besides the (value-compared) spec: the
@@ -114,7 +124,7 @@ def _build_plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _P
     shape = global_shape_from_local(local, out_spec, tuple(mesh.shape), names)
     dtype = torch.float32 if to_float else x.dtype  # lax.pmean of integers is float32
     return _Plan(False, group, axis, to_float, result_spec(mesh, out_spec, shape, dtype), kind,
-                 torch.Size(local))
+                 torch.Size(local), op, x.dtype)
 
 
 def _plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
@@ -132,7 +142,8 @@ def _plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
 
 
 def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTensor, _Plan]:
-    x = require_dtensor(x, kind)
+    if type(x) is not DTensor or type(x._local_tensor) is DonatedTensor:
+        x = require_dtensor(x, kind)  # raises unless a DTensor (or its Parameter)
     if torch.is_grad_enabled() and x.requires_grad:
         # A gradient through these would be wrong (DTensor's from_local and
         # the collective's own backward each count the replicas), and a
@@ -150,9 +161,13 @@ def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTe
     return x, plan
 
 
-def _result(local: torch.Tensor, plan: _Plan) -> DTensor:
-    # DTensor's own constructor without its (no-op) __init__: the cheapest wrapper.
-    return DTensor.__new__(DTensor, local, plan.out_spec, requires_grad=False)
+# The hot path of each collective (multi-process, ``plan.call`` set, no
+# coalescing manager open) calls the process group's method inline: each
+# Python call layer costs about a microsecond on the fake group; the output
+# is allocated from integer dims (``new_empty(*dims)``: a ``torch.Size``
+# argument costs several microseconds more to parse) and wrapped by
+# DTensor's own constructor without its (no-op) ``__init__``, with no
+# autograd node (the collectives refuse inputs that require grad).
 
 
 def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None, *,
@@ -167,13 +182,22 @@ def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None, *,
     """
     x, plan = _prepare(x, "all_reduce", op, axis_name, 0)
     local = x._local_tensor
-    if plan.to_float:
-        local = local.to(torch.float32)
-    out = all_reduce_block(local, op, plan.group, in_place=donate)
+    call = plan.call
+    if call is not None and not COALESCING and local.is_contiguous():
+        out = local if donate else local.clone()
+        work = call[0](call[1], [out], call[2])
+        if work is not None:
+            work.wait()
+        if plan.mean:
+            out.div_(plan.group.size)
+    else:
+        if plan.to_float:
+            local = local.to(torch.float32)
+        out = all_reduce_block(local, op, plan.group, in_place=donate)
     del local
     if donate:
         plan.donate(x, keep=False)  # its buffer is the result (multi-process)
-    return _result(out, plan)
+    return DTensor.__new__(DTensor, out, plan.out_spec, requires_grad=False)
 
 
 def all_gather(x: Any, axis: int, axis_name: str, *, donate: bool = False) -> DTensor:
@@ -188,11 +212,22 @@ def all_gather(x: Any, axis: int, axis_name: str, *, donate: bool = False) -> DT
     """
     x, plan = _prepare(x, "all_gather", "sum", axis_name, axis)
     local = x._local_tensor
-    out = all_gather_block(local, plan.axis, plan.group, plan.output_buffer(local))
+    call = plan.call
+    if call is not None and not COALESCING:
+        local = local.contiguous()
+        out = take(plan.out_local, local.dtype, local.device) if kept_blocks else None
+        if out is None:
+            out = local.new_empty(*plan.out_dims)
+        work = call[0](call[1], out, local, call[2])
+        if work is not None:
+            work.wait()
+    else:
+        out = all_gather_block(local, plan.axis, plan.group, plan.output_buffer(local),
+                               plan.out_dims)
     del local  # a donated block is kept only when nothing else refers to it
     if donate:
         plan.donate(x, keep=True)
-    return _result(out, plan)
+    return DTensor.__new__(DTensor, out, plan.out_spec, requires_grad=False)
 
 
 def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
@@ -210,10 +245,23 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
     """
     x, plan = _prepare(x, "reduce_scatter", op, axis_name, axis)
     local = x._local_tensor
-    if plan.to_float:
-        local = local.to(torch.float32)
-    out = reduce_scatter_block(local, op, plan.axis, plan.group, plan.output_buffer(local))
+    call = plan.call
+    if call is not None and not COALESCING:
+        local = local.contiguous()
+        out = take(plan.out_local, local.dtype, local.device) if kept_blocks else None
+        if out is None:
+            out = local.new_empty(*plan.out_dims)
+        work = call[0](call[1], out, local, call[2])
+        if work is not None:
+            work.wait()
+        if plan.mean:
+            out.div_(plan.group.size)
+    else:
+        if plan.to_float:
+            local = local.to(torch.float32)
+        out = reduce_scatter_block(local, op, plan.axis, plan.group, plan.output_buffer(local),
+                                   plan.out_dims)
     del local  # a donated block is kept only when nothing else refers to it
     if donate:
         plan.donate(x, keep=True)
-    return _result(out, plan)
+    return DTensor.__new__(DTensor, out, plan.out_spec, requires_grad=False)

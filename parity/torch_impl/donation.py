@@ -80,6 +80,8 @@ def check_not_donated(x: DTensor) -> None:
 
 POOL_SIZE = 4
 _pool: dict[tuple, torch.Tensor] = {}  # (shape, dtype, device) -> a kept block, oldest first
+# The same dict, for callers that skip ``take`` while nothing is kept (only read).
+kept_blocks = _pool
 # One tensor on the storage, plus the Python storage object asked for the count.
 _UNSHARED_STORAGE_USES = 2
 _storage_use_count = getattr(torch._C, "_storage_Use_Count", None)

@@ -67,10 +67,32 @@ _OPTIONS = {"all_reduce": c10d.AllreduceOptions, "all_gather": c10d.AllgatherOpt
             "reduce_scatter": c10d.ReduceScatterOptions}
 
 
+# torch's open coalescing managers (group -> queued calls). torch only ever
+# mutates or clears this dict, never rebinds it, so it is read here directly:
+# a collective must not go to the process group while one is open.
+COALESCING: dict = c10d._world.pg_coalesce_state
+
+_METHODS = {"all_reduce": dist.ProcessGroup.allreduce, "all_gather": pg_all_gather_single,
+            "reduce_scatter": pg_reduce_scatter_single}
+
+
+def direct_call(g: Group, kind: str, op: str, dtype: torch.dtype) -> tuple | None:
+    """``(method, process group, options)``: ``kind`` as the group's own C++
+    method, resolved once, for blocks of ``dtype``; ``None`` where the call
+    must go through the ``*_block`` functions (simulated ranks, complex
+    blocks). The caller checks ``COALESCING`` per call, calls
+    ``method(group, out, block, options)`` (``all_reduce``:
+    ``method(group, [block], options)``) on contiguous blocks, waits on the
+    work it returns (when not ``None``) and divides by ``g.size`` for mean."""
+    if not g.direct or dtype.is_complex:
+        return None
+    return _METHODS[kind], g.group, g.option(kind, op)
+
+
 def _plain(t: torch.Tensor) -> bool:
     """Whether the process group's method may take ``t`` as it is (not
     complex, and no coalescing manager open)."""
-    return not (t.is_complex() or c10d._world.pg_coalesce_state)
+    return not (t.is_complex() or COALESCING)
 
 
 def _wait(work) -> None:
@@ -84,8 +106,8 @@ def all_reduce_block(block: torch.Tensor, op: str, g: Group, *, in_place: bool =
     reduced in place when ``in_place`` (multi-process, contiguous blocks)."""
     if not g.direct:
         return funcol.wait_tensor(funcol.all_reduce(block, _FUNCOL_OPS[op], (g.mesh, g.mesh_dim)))
-    if in_place and block.is_contiguous():
-        out = block
+    if block.is_contiguous():
+        out = block if in_place else block.clone()
     else:
         out = block.clone(memory_format=torch.contiguous_format)
     if _plain(out):
@@ -97,17 +119,33 @@ def all_reduce_block(block: torch.Tensor, op: str, g: Group, *, in_place: bool =
     return out
 
 
+def _new_output(block: torch.Tensor, dims: tuple[int, ...] | None, rows: int) -> torch.Tensor:
+    """A contiguous buffer of shape ``dims`` (``block``'s dtype and device),
+    or of ``block``'s shape with ``rows`` rows when ``dims`` is ``None``.
+    Integer arguments, not a ``torch.Size``: torch parses those several
+    microseconds faster."""
+    if dims is None:
+        dims = (rows, *block.shape[1:])
+    return block.new_empty(*dims)
+
+
 def all_gather_block(block: torch.Tensor, axis: int, g: Group,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
+                     out: torch.Tensor | None = None,
+                     dims: tuple[int, ...] | None = None) -> torch.Tensor:
     """The group's blocks concatenated along ``axis`` in group-rank order.
-    ``out`` (multi-process, ``axis`` 0): a contiguous buffer of the result's
-    shape to gather into instead of a new one."""
+    Multi-process, ``axis`` 0: ``out`` is a contiguous buffer of the
+    result's shape to gather into instead of a new one; ``dims`` the
+    result's shape, when the caller knows it (it saves working it out)."""
     block = block.contiguous()
     if not g.direct:
         return funcol.wait_tensor(funcol_all_gather_single(block, axis, (g.mesh, g.mesh_dim)))
-    moved = block if axis == 0 else block.movedim(axis, 0).contiguous()
-    if out is None or axis != 0:
-        out = moved.new_empty((g.size * moved.shape[0],) + tuple(moved.shape[1:]))
+    if axis == 0:
+        moved = block
+        if out is None:
+            out = _new_output(block, dims, g.size * block.shape[0])
+    else:
+        moved = block.movedim(axis, 0).contiguous()
+        out = _new_output(moved, None, g.size * moved.shape[0])
     if _plain(moved):
         _wait(pg_all_gather_single(g.group, out, moved, g.option("all_gather")))
     else:
@@ -119,17 +157,23 @@ def all_gather_block(block: torch.Tensor, axis: int, g: Group,
 
 
 def reduce_scatter_block(block: torch.Tensor, op: str, axis: int, g: Group,
-                         out: torch.Tensor | None = None) -> torch.Tensor:
+                         out: torch.Tensor | None = None,
+                         dims: tuple[int, ...] | None = None) -> torch.Tensor:
     """Chunk k (along ``axis``) of the group's reduction, on group rank k.
-    ``out`` (multi-process, ``axis`` 0): a contiguous buffer of the result's
-    shape to reduce into instead of a new one."""
+    Multi-process, ``axis`` 0: ``out`` is a contiguous buffer of the
+    result's shape to reduce into instead of a new one; ``dims`` the
+    result's shape, when the caller knows it."""
     block = block.contiguous()
     if not g.direct:
         return funcol.wait_tensor(
             funcol_reduce_scatter_single(block, _FUNCOL_OPS[op], axis, (g.mesh, g.mesh_dim)))
-    moved = block if axis == 0 else block.movedim(axis, 0).contiguous()
-    if out is None or axis != 0:
-        out = moved.new_empty((moved.shape[0] // g.size,) + tuple(moved.shape[1:]))
+    if axis == 0:
+        moved = block
+        if out is None:
+            out = _new_output(block, dims, block.shape[0] // g.size)
+    else:
+        moved = block.movedim(axis, 0).contiguous()
+        out = _new_output(moved, None, moved.shape[0] // g.size)
     if _plain(moved):
         _wait(pg_reduce_scatter_single(g.group, out, moved, g.option("reduce_scatter", op)))
     else:

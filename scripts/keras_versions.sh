@@ -20,4 +20,5 @@ export PYTHONPATH="$PWD/$OVERLAY${PYTHONPATH:+:$PYTHONPATH}"
 export PARITY_EXPECT_KERAS="${KERAS_NEXT#*==}"
 KERAS_BACKEND=torch .venv/bin/python -c "import keras, torch; print('keras', keras.version(), 'from', keras.__file__, '| torch', torch.__version__)"
 .venv/bin/python -m pytest -q --timeout 900 -p no:cacheprovider \
-    tests/test_keras_install.py tests/test_keras_torch.py tests/test_keras_own_torch.py "$@"
+    tests/test_keras_install.py tests/test_keras_torch.py tests/test_keras_own_torch.py \
+    tests/test_keras_parity.py "$@"

@@ -1,9 +1,12 @@
 """Keras's own torch distribution, without parity (issue 12, point 3): the
 "Keras's own torch" column of the README's table, run on a Keras that ships
 ``keras.src.backend.torch.distribution_lib`` (the pinned keras-nightly,
-through ``scripts/keras_versions.sh``). The checks are in
-``tests/keras_support/keras_own_checks.py`` and run in one subprocess; each
-is one test here. On keras 3.15.1, which has no torch distribution, they skip.
+through ``scripts/keras_versions.sh``). The one-process checks are in
+``tests/keras_support/keras_own_checks.py``; the rows that need several
+ranks run under torchrun on 4 gloo ranks (``tests/multiprocess/keras_own_worker.py``,
+and the parity driver with ``--keras-own`` against JAX on 4 devices). Each
+check is one test here. On keras 3.15.1, which has no torch distribution,
+they skip.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ pytestmark = [
 ]
 CHECKS_FILE = Path(__file__).resolve().parent / "keras_support" / "keras_own_checks.py"
 NAMES = re.findall(r"^def (check_\w+)\(", CHECKS_FILE.read_text(), re.M)
+RANK_CHECKS_FILE = Path(__file__).resolve().parent / "multiprocess" / "keras_own_worker.py"
+RANK_NAMES = re.findall(r"^def (check_\w+)\(", RANK_CHECKS_FILE.read_text(), re.M)
+RANKS = 4
 
 
 @pytest.fixture(scope="module")
@@ -44,3 +50,48 @@ def check_results() -> dict[str, tuple[str, str]]:
 @pytest.mark.parametrize("name", NAMES)
 def test_keras_own_torch_distribution(check_results, name):
     assert_check_passed(check_results, name)
+
+
+@pytest.fixture(scope="module")
+def rank_check_output() -> str:
+    from torchrun import run_torchrun
+
+    return run_torchrun(RANK_CHECKS_FILE.name, nproc=RANKS, timeout=540)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", RANK_NAMES)
+def test_keras_own_torch_on_4_ranks(rank_check_output, name):
+    assert rank_check_output.count(f"CHECK {name} ") == RANKS, rank_check_output[-3000:]
+    assert_check_passed(check_outcomes(rank_check_output), name)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(900)
+def test_keras_own_torch_training_on_4_ranks_equals_jax(tmp_path):
+    """Keras's own torch backend trains the parity tests' four models
+    (DataParallel and ModelParallel, MLP and transformer block) on 4 gloo
+    ranks to JAX's losses, weights and layouts on 4 devices."""
+    from test_keras_parity import CONFIGS, compare, finish, launch, parse_results
+    from torchrun import run_torchrun
+
+    jax_proc = launch("jax", "--devices", str(RANKS), "--fit-only")
+    out = tmp_path / "own"
+    try:
+        torch_out = run_torchrun(
+            "keras_parity_worker.py", nproc=RANKS, timeout=600,
+            args=("--configs", ",".join(CONFIGS), "--fit-only", "--keras-own", "--out", str(out)),
+        )
+        jax_results, _ = parse_results(finish(jax_proc))
+    finally:
+        if jax_proc.poll() is None:
+            jax_proc.kill()
+    per_rank: dict[str, list[dict]] = {}
+    for path in sorted(tmp_path.glob("own.rank*.jsonl")):
+        for result in parse_results(path.read_text())[0].values():
+            per_rank.setdefault(result["config"], []).append(result)
+    for config in CONFIGS:
+        ranks = per_rank.get(config, [])
+        assert sorted(r["rank"] for r in ranks) == list(range(RANKS)), (config, torch_out[-3000:])
+        for result in ranks:
+            compare(jax_results[config], result, config)

@@ -35,6 +35,8 @@ def parse():
     p.add_argument("--devices", type=int, default=N_DEVICES)
     p.add_argument("--fit-only", action="store_true", help="skip evaluate and predict")
     p.add_argument("--out", help="also write the results to OUT.rank<N>.jsonl")
+    p.add_argument("--keras-own", action="store_true",
+                   help="torch: Keras's own torch distribution, parity not installed (needs --torchrun)")
     return p.parse_args()
 
 
@@ -54,6 +56,10 @@ def setup_backend(args):
             torch_impl.install_keras()
         except ParityError as err:
             print("INSTALL_ERROR " + json.dumps(str(err)), flush=True)
+    if backend == "torch" and args.keras_own:
+        if not args.torchrun:
+            raise SystemExit("--keras-own needs --torchrun: Keras's own torch backend has no simulated devices")
+        return backend, None
     if backend == "torch":
         from parity import torch_impl
 
@@ -151,9 +157,11 @@ def initial_weights(model):
     return [(rng.normal(size=w.shape) * 0.2).astype(w.dtype) for w in model.get_weights()]
 
 
-def spec_of(variable, backend):
+def spec_of(variable, backend, keras_own=False):
     value = variable.value
     try:
+        if keras_own:
+            return own_spec(value)
         if backend == "torch":
             from parity import torch_impl
 
@@ -172,6 +180,21 @@ def spec_of(variable, backend):
         return out
     except Exception as err:  # noqa: BLE001
         return f"unknown: {type(err).__name__}"
+
+
+def own_spec(value):
+    """The spec of a Keras-own torch variable, read from DTensor placements
+    (a plain tensor is fully replicated)."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    data = value.data if hasattr(value, "data") else value
+    out = [[] for _ in value.shape]
+    if isinstance(data, DTensor):
+        names = data.device_mesh.mesh_dim_names
+        for axis, placement in zip(names, data.placements):
+            if isinstance(placement, Shard):
+                out[placement.dim].append(axis)
+    return out
 
 
 def run(args, backend):
@@ -211,9 +234,9 @@ def run(args, backend):
             evaluation = model.evaluate(fx, fy, batch_size=bs, verbose=0, return_dict=True)
             prediction = model.predict(fx[:bs], batch_size=bs, verbose=0)
         weights = {v.path: np.asarray(v.numpy()).tolist() for v in model.weights}
-        specs = {v.path: spec_of(v, backend) for v in model.weights}
+        specs = {v.path: spec_of(v, backend, args.keras_own) for v in model.weights}
         # keyed without the optimizer's (uniquified) name
-        opt_specs = {v.path.split("/")[-1]: spec_of(v, backend)
+        opt_specs = {v.path.split("/")[-1]: spec_of(v, backend, args.keras_own)
                      for v in model.optimizer.variables if len(v.shape)}
     return {
         "config": f"{args.model}:{args.dist}",

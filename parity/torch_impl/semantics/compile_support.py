@@ -59,6 +59,29 @@ roots with the placements AOTAutograd expects (a local slice: no
 collective). Anything else -- no parity backward, the roots on several
 meshes or on none, a shape that is not the output's -- goes to torch's own
 check unchanged, which raises as before.
+
+**An output that aliases a DTensor input is rebuilt from the graph's own
+output, never by ``as_strided`` on the DTensor** (torch 2.13; no upstream
+issue found). AOTAutograd returns an output that is a view of an input (or
+of an intermediate) by regenerating the view on the base at run time
+(``gen_alias_from_base``). For a DTensor it has no view chain to replay (the
+output is a fresh wrapper: no ``_base``, no recorded ``ViewMeta``s), so it
+falls back to ``base.as_strided(out.size(), out.stride(),
+out.storage_offset())`` -- the *global* size and stride with the *local*
+storage offset that a DTensor wrapper carries. Plain DTensor refuses that
+call ("as_strided not supported with DTensor"); under ``jax_semantics()``
+the fallback ran it on the gathered value: every such output came back
+replicated, and one with a non-zero offset held wrong values
+(``tensor_split(x, 2, dim=0)[1]`` of an (8, 16) array whose dim 1 is split
+over ("data", "model") read elements 8..71 instead of 64..127).
+``gen_alias_from_base`` is wrapped: when the base and the output are
+DTensors and no view replay applies, the output is the graph's own output
+(right values and placements; it shares the base's local storage), detached
+when it must not require grad; one that must require grad is rebuilt as a
+differentiable view of the base's local block with the output's local
+geometry (``to_local`` / ``as_strided`` / ``from_local``), so its gradient
+reaches the base. A local block that does not share the base's storage
+raises ``UnsupportedOpError`` naming the shapes (never a wrong value).
 """
 
 from __future__ import annotations
@@ -175,6 +198,83 @@ def _install_tangent_patch() -> None:
 
 
 _install_tangent_patch()
+
+
+def _local_blocks(t: torch.Tensor) -> list[torch.Tensor]:
+    """The plain per-rank blocks of a local tensor: a simulated rank set's
+    ``LocalTensor`` holds one per rank; a real rank holds itself."""
+    blocks = getattr(t, "_local_tensors", None)
+    return [blocks[r] for r in sorted(blocks)] if blocks is not None else [t]
+
+
+def _shares_storage(view: torch.Tensor, base: torch.Tensor) -> bool:
+    pairs = list(zip(_local_blocks(view), _local_blocks(base)))
+    return len(pairs) == len(_local_blocks(view)) == len(_local_blocks(base)) and all(
+        v.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for v, b in pairs)
+
+
+def _dtensor_alias(base: Any, out: Any, requires_grad: bool) -> Any:
+    """The output ``out`` (a DTensor the compiled graph returned, a view of
+    ``base``'s local block) as the alias AOTAutograd must return; ``None``
+    when ``base`` or ``out`` is not a DTensor (torch's own path then runs).
+
+    Raises ``UnsupportedOpError`` when ``out`` must require grad and its
+    local block is not a view of ``base``'s (no differentiable view of the
+    base gives it).
+    """
+    from torch.distributed.tensor import DTensor
+
+    if not (isinstance(base, DTensor) and isinstance(out, DTensor)):
+        return None
+    if not requires_grad:
+        return out.detach() if out.requires_grad else out
+    local, base_local = out._local_tensor, base._local_tensor
+    if not _shares_storage(local, base_local):
+        from parity.errors import UnsupportedOpError
+
+        raise UnsupportedOpError(
+            f"torch.compile returned a view (global shape {tuple(out.shape)}, "
+            f"{tuple(out.placements)}) of a DTensor (global shape {tuple(base.shape)}, "
+            f"{tuple(base.placements)}) whose local block is not a view of the base's; parity "
+            "cannot rebuild it as a differentiable view. Return a copy (.clone()) of it from "
+            "the compiled function.", op="torch.compile output alias",
+            placements=tuple(out.placements), reason="alias of a DTensor without a local view")
+    view = base.to_local().as_strided(local.size(), local.stride(), local.storage_offset())
+    return DTensor.from_local(view, out.device_mesh, out.placements, run_check=False,
+                              shape=out.shape, stride=out.stride())
+
+
+def _wrap_gen_alias_from_base(original: Any) -> Any:
+    def gen_alias_from_base(aliased_base_tensor, target_meta_tensor, target_requires_grad,
+                            target_view_meta_sequence=None, *, replay_views):
+        replays = (replay_views and target_view_meta_sequence is not None
+                   and not any(vm.has_symbolic_inputs
+                               for vm in target_view_meta_sequence.sequence))
+        if not replays:
+            alias = _dtensor_alias(aliased_base_tensor, target_meta_tensor, target_requires_grad)
+            if alias is not None:
+                return alias
+        return original(aliased_base_tensor, target_meta_tensor, target_requires_grad,
+                        target_view_meta_sequence, replay_views=replay_views)
+
+    gen_alias_from_base._parity_original = original
+    return gen_alias_from_base
+
+
+def _install_alias_patch() -> None:
+    """Wrap ``gen_alias_from_base`` where AOTAutograd's runtime wrappers
+    look it up (their generated alias epilogue binds it when a graph is
+    compiled, so this runs at import). A torch without it has nothing to
+    patch."""
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    original = getattr(runtime_wrappers, "gen_alias_from_base", None)
+    if original is None or hasattr(original, "_parity_original"):
+        return
+    runtime_wrappers.gen_alias_from_base = _wrap_gen_alias_from_base(original)
+
+
+_install_alias_patch()
 
 
 def skip_alone(fn: Any) -> Any:

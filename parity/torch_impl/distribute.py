@@ -18,7 +18,8 @@ from parity.errors import MeshMismatchError, ParityError
 from parity.layout import TensorLayout
 from parity.torch_impl import devices, meshes, state
 from parity.torch_impl.donation import check_not_donated
-from parity.torch_impl.gather import evenly_sharded, gather_whole, merged_redistribute
+from parity.torch_impl.gather import evenly_sharded, gather_whole, gather_whole_differentiable
+from parity.torch_impl.gather import merged_redistribute
 from parity.torch_impl.torch_compat import rank_map
 from parity.torch_impl.tensors import (
     as_host_tensor,
@@ -120,9 +121,11 @@ def all_gather_variable(x: Any) -> DTensor:
     Raises ``ParityError`` when ``x`` is not a DTensor.
     """
     x = resolve_pending(require_dtensor(x, "all_gather_variable"))
-    if (x.requires_grad and torch.is_grad_enabled()) or not evenly_sharded(x):
+    if not evenly_sharded(x):
         # DTensor's redistribute: differentiable, and it handles uneven blocks.
         return merged_redistribute(x, [Replicate()] * x.device_mesh.ndim)
+    if x.requires_grad and torch.is_grad_enabled():
+        return gather_whole_differentiable(x)  # one collective, gradient to x's placements
     whole = gather_whole(x)  # one collective over the flattened group
     spec = result_spec(x.device_mesh, ((),) * x.ndim, x.shape, x.dtype)
     return DTensor.__new__(DTensor, whole, spec, requires_grad=False)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
@@ -34,7 +35,7 @@ from torch.distributed.tensor.placement_types import Placement
 from parity.torch_impl import state
 from parity.torch_impl.group_ops import Group, all_gather_block
 from parity.torch_impl.meshes import mesh_axis_names
-from parity.torch_impl.tensors import spec_of
+from parity.torch_impl.tensors import result_spec, spec_of
 from parity.torch_impl.torch_compat import flatten_registry
 
 # (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
@@ -137,3 +138,30 @@ def gather_whole(x: DTensor) -> torch.Tensor:
         order += [mesh_dims.index(names.index(a)) for a in entry]
         order.append(len(mesh_dims) + dim)
     return gathered.permute(order).reshape(x.shape)
+
+
+class _GatherWhole(torch.autograd.Function):
+    """``gather_whole`` as a replicated DTensor, differentiable: forward is
+    one all_gather over the flattened group (DTensor's redistribute takes
+    one per mesh axis for dims split out of mesh order, or over two dims);
+    backward gives the gradient ``x``'s placements with DTensor's own
+    redistribute (a local slice for a replicated gradient, a
+    reduce-scatter for a pending one), as DTensor's Shard -> Replicate
+    backward does."""
+
+    @staticmethod
+    def forward(ctx: Any, x: DTensor) -> DTensor:
+        ctx.mesh, ctx.placements = x.device_mesh, tuple(x.placements)
+        whole = gather_whole(x)
+        spec = result_spec(x.device_mesh, ((),) * x.ndim, x.shape, x.dtype)
+        return DTensor.__new__(DTensor, whole, spec, requires_grad=False)
+
+    @staticmethod
+    def backward(ctx: Any, grad: DTensor) -> DTensor:
+        return grad.redistribute(ctx.mesh, ctx.placements)
+
+
+def gather_whole_differentiable(x: DTensor) -> DTensor:
+    """``x`` (evenly sharded, no pending reduction) replicated on its mesh
+    through one all_gather, with a gradient back to ``x``'s placements."""
+    return _GatherWhole.apply(x)

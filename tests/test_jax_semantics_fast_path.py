@@ -166,3 +166,24 @@ def test_a_clean_call_without_grad_does_not_let_a_grad_call_skip_the_backward_fa
     want = ((a >= -1) & (a <= 1)).astype(np.float32)
     np.testing.assert_allclose(ti.to_numpy(leaf.grad), want)
     assert tuple(leaf.grad.placements) == tuple(leaf.placements)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_a_binary_ops_inline_signature_is_the_one_signature_builds(mesh, monkeypatch, grad):
+    # The mode builds the key of a two-DTensor call inline (its hot path);
+    # it must be the very tuple fast_path.signature gives for that call.
+    remembered = []
+    real = fast_path.remember
+    monkeypatch.setattr(fast_path, "remember", lambda key: (remembered.append(key), real(key)))
+    x = put(host((8, 16), 1), ("data", "model"), mesh, requires_grad=grad)
+    y = put(host((8, 16), 2), ("data", "model"), mesh)
+    with torch.set_grad_enabled(grad), ti.jax_semantics():
+        h = x * y     # with grad: x is a leaf that needs one, never remembered
+        h2 = h * y    # roles (1, 0) with grad; without, the key of x * y: a hit
+        h2 - h        # roles (1, 1)
+        pairs = [(h, y), (h2, h)] if grad else [(x, y), (h2, h)]
+        assert len(remembered) == len(pairs), remembered
+        expected = [fast_path.signature(k[0], pair, None, False)
+                    for k, pair in zip(remembered, pairs)]
+    assert remembered == expected
+    assert [k[4::2] for k in remembered] == ([(1, 0), (1, 1)] if grad else [(0, 0)] * 2)

@@ -45,7 +45,7 @@ def signature(func: Any, args: tuple, kwargs: dict | None, defer: bool) -> tuple
     for value in args:
         if type(value) is DTensor:  # the common case, inlined: this runs per op
             append(value._spec)
-            append(_grad_role(value) if grad else 0)
+            append(grad_role(value) if grad else 0)
         elif not _add(parts, value, grad):
             return None
     if kwargs:
@@ -64,7 +64,7 @@ def _add(parts: list, value: Any, grad: bool) -> bool:
         return True
     if isinstance(value, DTensor):
         parts.append(value._spec)
-        parts.append(_grad_role(value) if grad else 0)
+        parts.append(grad_role(value) if grad else 0)
         return True
     if kind is tuple or kind is list or kind is torch.Size:
         parts.append(kind)
@@ -73,7 +73,7 @@ def _add(parts: list, value: Any, grad: bool) -> bool:
     return False
 
 
-def _grad_role(x: DTensor) -> int:
+def grad_role(x: DTensor) -> int:
     """0: no gradient; 1: an intermediate that needs one (ops DTensor has no
     backward for take the fallback); 2: a leaf that needs one (always
     redistributed, so its gradient comes back in place)."""

@@ -7,10 +7,11 @@ JAX backend from the same initial weights (``set_weights``), and every
 variable is physically sharded as its layout says. One model also runs under
 torchrun on 4 gloo ranks.
 
-keras-hub pulls TensorFlow, so these tests live in their own venv
-(``scripts/keras_hub_env.sh`` makes ``.venv-hub``) and their own marked group:
+keras-hub requires TensorFlow, which these tests never use, so they are
+their own marked group, run by ``scripts/keras_hub.sh`` (it installs
+keras-hub without TensorFlow into the ``.keras-hub`` overlay):
 
-    .venv-hub/bin/python -m pytest -m keras_hub tests/test_keras_hub.py
+    bash scripts/keras_hub.sh [-k 2x4]
 
 Without keras_hub installed they are skipped. The driver is
 ``tests/keras_support/hub_driver.py``.
@@ -32,7 +33,7 @@ pytestmark = [
     pytest.mark.keras_hub,
     pytest.mark.skipif(
         any(importlib.util.find_spec(m) is None for m in ("keras_hub", "keras", "jax", "torch")),
-        reason="needs keras-hub (scripts/keras_hub_env.sh makes .venv-hub)",
+        reason="needs keras-hub (bash scripts/keras_hub.sh installs it)",
     ),
     pytest.mark.timeout(3600),
 ]

@@ -13,6 +13,7 @@ import functools
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from parity import sharding_rules as R
+from parity.errors import LayoutError
 from parity.layout import Spec
 from parity.torch_impl.placements import to_placements
 from parity.torch_impl.meshes import mesh_axis_names
@@ -85,7 +86,7 @@ def describable(x: DTensor) -> bool:
     make strided shards that none describes, e.g. after a reshape)."""
     try:
         spec_and_pending(x)
-    except Exception:  # noqa: BLE001 - LayoutError from to_spec
+    except LayoutError:  # to_spec: an order no PartitionSpec describes
         return False
     return True
 

@@ -11,9 +11,11 @@
   ``parity.torch_impl.donation``) against ``all_gather_single`` /
   ``reduce_scatter_single`` into outputs allocated once, outside the timer.
 
-parity and raw samples alternate, each after a barrier; each figure is the
-median of its samples on the slowest rank, and the ratio is parity / raw in
-the same run. The block of the size named is the all_gather's input and the
+parity and raw samples alternate with a second sample of the raw call,
+each after a barrier; each figure is the median of its samples on the
+slowest rank, and the ratio is parity / raw in the same run. The noise
+floor is the second raw sample over the first (the same call twice: any
+distance from 1.000x is the machine's). The block of the size named is the all_gather's input and the
 reduce_scatter's output (its input is world times larger).
 """
 
@@ -67,10 +69,11 @@ def _rank_main(rank: int, world: int, port: int, size: int, samples: int) -> Non
         ("reduce_scatter", p_reduce_scatter, lambda: dist_reduce_scatter_single(scatter_out, wide),
          "reduce_scatter_single into a preallocated output"),
     ]
-    times = {name: ([], []) for name, *_ in pairs}
+    times = {name: ([], [], []) for name, *_ in pairs}
     for round_ in range(samples + 1):  # round 0: warm-up, dropped
         for name, mine, raw, _ in pairs:
-            for fn, acc in ((mine, times[name][0]), (raw, times[name][1])):
+            for fn, acc in ((mine, times[name][0]), (raw, times[name][1]),
+                            (raw, times[name][2])):
                 dist.barrier()
                 start = time.perf_counter()
                 fn()
@@ -81,19 +84,23 @@ def _rank_main(rank: int, world: int, port: int, size: int, samples: int) -> Non
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     if rank == 0:
         for i, (name, _, _, baseline) in enumerate(pairs):
-            mine, raw = t[2 * i].item(), t[2 * i + 1].item()
+            mine, raw, again = (t[3 * i + k].item() for k in range(3))
             print(f"{name} donate=True, {size >> 20} MB/rank x{world} gloo: parity {mine * 1e3:.2f} ms, "
                   f"raw {raw * 1e3:.2f} ms ({baseline}), ratio {mine / raw:.3f} "
-                  f"(median of {samples})", flush=True)
+                  f"(median of {samples}; noise floor: raw again / raw {again / raw:.3f})",
+                  flush=True)
     dist.destroy_process_group()
 
 
-def main(world: int = 2) -> None:
+def main(world: int = 2, scale: int = 1) -> None:
+    """``scale``: samples per size times this (``python -m benchmarks.donation 3``)."""
     for size in SIZES:
-        samples = 15 if size > (16 << 20) else 41
+        samples = (15 if size > (16 << 20) else 41) * scale
         mp.start_processes(_rank_main, args=(world, free_port(), size, samples), nprocs=world,
                            start_method="spawn", join=True)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(scale=int(sys.argv[1]) if len(sys.argv) > 1 else 1)

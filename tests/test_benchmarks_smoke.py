@@ -34,3 +34,20 @@ def test_unavailable_pieces_are_rows_not_figures():
     assert row.status.startswith("not available: ") and row.ratio is None and row.verdict == ""
     assert Row("x", "y", 1.2, 1.0, goal=1.1).verdict == "missed by 9.1%"
     assert Row("x", "y", 1.0, 1.0, goal=1.05).verdict == "met"
+
+
+def test_the_mode_floor_prototype_measures_every_stand_in():
+    # benchmarks/mode_floor.py (a prototype: stand-ins for a cheaper mode),
+    # in a child process: the fake process group is process-wide.
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.mode_floor", "--quick"],
+                          capture_output=True, text=True, cwd=root, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {row["case"]: row for row in map(json.loads, proc.stdout.splitlines())}
+    assert set(rows) == {"python_mode", "c_mode", "dispatch_mode", "jax_semantics",
+                         "registered_rule"}
+    for row in rows.values():
+        measured = row["parity_s"] is not None and row["parity_s"] > 0 and row["raw_s"] > 0
+        assert measured or row["note"].startswith("not available: "), row

@@ -17,6 +17,23 @@ When a gradient is needed it runs on each rank's full copy
 
 ``scaled_dot_product_attention`` runs on each rank's (batch, head) block
 (``semantics.attention``).
+
+Two ops run without DTensor's strategy search for them, which takes
+minutes (over the 60 s a conformance case gets):
+
+* ``tensordot`` runs as the einsum it is on each rank's blocks (laid out
+  by the contraction rule, the result a ``Partial`` over the axes that
+  split the contracted dims): DTensor's tensordot and einsum strategies
+  expand every single-dim strategy over the mesh and price each
+  redistribution by a graph search, minutes on a (2, 2, 2) mesh;
+* ``torch.ops.aten._batch_norm_with_update`` (training batch norm, as
+  ``torch.export`` and OpInfo call it) runs as ``aten.native_batch_norm``
+  with ``training=True``, which computes the same output, saved mean and
+  saved inverse std and updates the running statistics in place the same
+  way; the fourth output (cuDNN's reserve space) is the empty byte tensor
+  the CPU kernel returns. DTensor has no strategy for its backward
+  (``batch_norm_backward``) and propagates through the decomposition, one
+  to several minutes per call; ``native_batch_norm_backward`` has one.
 """
 
 from __future__ import annotations
@@ -24,28 +41,39 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Partial
 
 from parity import sharding_rules as R
 
 from parity.layout import TensorLayout
 from parity.torch_impl import meshes
+from parity.torch_impl.semantics import pending
 from parity.torch_impl.semantics import specs as S
-from parity.torch_impl.tensors import from_local_blocks
+from parity.torch_impl.tensors import contiguous_stride, from_local_blocks
 
-LOCAL_REDUCTIONS = frozenset({"prod", "__getitem__", "scaled_dot_product_attention"})
+LOCAL_REDUCTIONS = frozenset({"prod", "__getitem__", "scaled_dot_product_attention", "tensordot",
+                              "_batch_norm_with_update", "_batch_norm_with_update.default"})
+_BATCH_NORM_WITH_UPDATE = (torch.ops.aten._batch_norm_with_update,
+                           torch.ops.aten._batch_norm_with_update.default)
 
 
 def run_local_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``func(x, dim, keepdim)`` on each rank's block, or an advanced index
-    that needs a gradient on each rank's full copy; ``None`` when the call is
-    neither (a full reduction, basic indexing: they go the usual way)."""
+    """``func(x, dim, keepdim)`` on each rank's block, an advanced index
+    that needs a gradient on each rank's full copy, attention on each rank's
+    block, tensordot on each rank's blocks, or batch norm as its quick
+    equivalent (above);
+    ``None`` when the call is none of these (a full reduction, basic
+    indexing: they go the usual way)."""
     if func is torch.Tensor.__getitem__:
         return _advanced_index_with_grad(args, kwargs)
     if func is torch.nn.functional.scaled_dot_product_attention:
         from parity.torch_impl.semantics.attention import run_attention
 
         return run_attention(args, kwargs)
+    if func is torch.tensordot:
+        return _tensordot_local(args, kwargs)
+    if any(func is f for f in _BATCH_NORM_WITH_UPDATE):
+        return _batch_norm_with_update(args, kwargs)
     x = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     if not isinstance(x, DTensor) or not isinstance(dim, int):
@@ -80,3 +108,61 @@ def _advanced_index_with_grad(args: tuple, kwargs: dict) -> Any:
         return None  # basic indexing: the getitem rule
     return fallback.run_replicated(torch.Tensor.__getitem__, args, kwargs, x.device_mesh,
                                    "DTensor cannot run its backward")
+
+
+def _tensordot_local(args: tuple, kwargs: dict) -> Any:
+    """``tensordot`` on each rank's blocks, laid out by the contraction
+    rule: contracting dims sharded alike, so each rank's einsum of its
+    blocks is its output block, a partial sum over the mesh axes that split
+    the contracted dims (``Partial`` there, completed by the mode)."""
+    from parity.torch_impl.semantics.rules.contractions import tensordot_letters
+
+    if (len(args) < 2 or kwargs.get("out") is not None or set(kwargs) - {"dims", "out"}
+            or not all(isinstance(t, DTensor) for t in args[:2])):
+        return None  # out=, or a plain operand: the usual way
+    a, b = (pending.complete(t) for t in args[:2])
+    if a.device_mesh != b.device_mesh:
+        return None  # the usual path raises parity's mesh error
+    lettered = tensordot_letters(a.ndim, b.ndim, args[2] if len(args) > 2 else kwargs.get("dims", 2))
+    if lettered is None:
+        return None
+    lets_a, lets_b, out = lettered
+    mesh = a.device_mesh
+    result = R.contract([(S.spec_of(a), tuple(a.shape)), (S.spec_of(b), tuple(b.shape))],
+                        [lets_a, lets_b], out, S.axis_sizes(mesh))
+    a, b = S.redistribute_to(a, result.inputs[0]), S.redistribute_to(b, result.inputs[1])
+    out_axes = {n for names in result.output for n in names}
+    summed = {n for letter, names in zip(lets_a, result.inputs[0]) if letter not in out
+              for n in names}
+    local = torch.einsum(f"{lets_a},{lets_b}->{out}", _block(a, out_axes), _block(b, out_axes))
+    sizes = dict(zip(lets_a, a.shape)) | dict(zip(lets_b, b.shape))
+    shape = [sizes[letter] for letter in out]
+    placements = [Partial() if name in summed else p for name, p in
+                  zip(meshes.mesh_axis_names(mesh), S.placements_for(result.output, mesh))]
+    return DTensor.from_local(local, mesh, placements, run_check=False, shape=torch.Size(shape),
+                              stride=contiguous_stride(shape))
+
+
+def _block(x: DTensor, out_axes: set) -> torch.Tensor:
+    """``x``'s local block; its gradient is a partial sum over the mesh axes
+    that split the output but not ``x`` (ranks along one computed different
+    output blocks from the same copy of ``x``)."""
+    mine = {n for names in S.spec_of(x) for n in names}
+    split = out_axes - mine
+    names = meshes.mesh_axis_names(x.device_mesh)
+    return x.to_local(grad_placements=[Partial() if name in split else p
+                                       for name, p in zip(names, x.placements)])
+
+
+def _batch_norm_with_update(args: tuple, kwargs: dict) -> Any:
+    names = ("input", "weight", "bias", "running_mean", "running_var", "momentum", "eps")
+    if len(args) + len(kwargs) != len(names) or set(kwargs) - set(names[len(args):]):
+        return None  # torch's own argument error
+    x, weight, bias, mean, var, momentum, eps = [
+        args[i] if i < len(args) else kwargs[n] for i, n in enumerate(names)]
+    if not isinstance(x, DTensor):
+        return None
+    out, save_mean, save_invstd = torch.ops.aten.native_batch_norm.default(
+        x, weight, bias, mean, var, True, momentum, eps)
+    reserve = x.new_empty((0,), dtype=torch.uint8)
+    return out, save_mean, save_invstd, reserve

@@ -1,4 +1,4 @@
-"""Contractions: matmul, mm, bmm, linear, einsum, inner, linalg.multi_dot -- JAX's
+"""Contractions: matmul, mm, bmm, linear, einsum, inner, tensordot, linalg.multi_dot -- JAX's
 ``_dot_general_sharding_rule`` (``parity.sharding_rules.contraction``).
 
 Each call is lettered as an einsum; the algebra gives every operand's spec
@@ -89,7 +89,7 @@ def inner(call: Call) -> Plan:
     """``inner(a, b)``: the last dims contracted, ``a``'s other dims then
     ``b``'s in the output (``jnp.inner`` is that dot_general)."""
     ops = call.tensors()
-    if len(ops) != 2 or "out" in call.kwargs:
+    if len(ops) != 2 or call.kwargs.get("out") is not None:
         raise NotCovered
     (la, a), (lb, b) = ops
     if a.ndim < 1 or b.ndim < 1:
@@ -134,7 +134,7 @@ def multi_dot(call: Call) -> Plan:
     matrix, its extra dim dropped after). DTensor computes the product;
     the result is laid out on that spec."""
     seq = call.arg(0, "tensors")
-    if ("out" in call.kwargs or not isinstance(seq, (list, tuple)) or not 2 <= len(seq) <= 3
+    if (call.kwargs.get("out") is not None or not isinstance(seq, (list, tuple)) or not 2 <= len(seq) <= 3
             or not all(isinstance(t, DTensor) for t in seq)):
         raise NotCovered  # more operands (opt_einsum's search), or a plain one
     first, last = seq[0].ndim, seq[-1].ndim
@@ -151,3 +151,55 @@ def multi_dot(call: Call) -> Plan:
     sizes = call.sizes
     return Plan({}, lambda outs: [R.fit_to_shape(out, outs[0].shape, sizes)
                                   if outs[0].ndim == len(out) else None], chosen=chosen)
+
+
+def tensordot_letters(a_ndim: int, b_ndim: int, dims) -> tuple[str, str, str] | None:
+    """``tensordot(a, b, dims)`` as einsum letters ``(a's, b's, output's)``:
+    an int contracts ``a``'s last ``dims`` dims with ``b``'s first, a pair
+    of lists names them; the output is ``a``'s free dims then ``b``'s.
+    ``None`` for a form this does not letter (a tensor ``dims``, repeated or
+    out-of-range dims: torch's own errors then)."""
+    if isinstance(dims, int) and not isinstance(dims, bool):
+        if not 0 <= dims <= min(a_ndim, b_ndim):
+            return None
+        da, db = list(range(a_ndim - dims, a_ndim)), list(range(dims))
+    elif (isinstance(dims, (list, tuple)) and len(dims) == 2
+          and all(isinstance(d, (list, tuple)) for d in dims)):
+        da, db = list(dims[0]), list(dims[1])
+        if (len(da) != len(db) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                          for d in da + db)):
+            return None
+        if not all(-a_ndim <= d < a_ndim for d in da) or not all(-b_ndim <= d < b_ndim for d in db):
+            return None
+        da, db = [d % a_ndim for d in da], [d % b_ndim for d in db]
+        if len(set(da)) != len(da) or len(set(db)) != len(db):
+            return None
+    else:
+        return None
+    if a_ndim + b_ndim - len(da) > 20:
+        return None
+    pool = iter("abcdefghijklmnopqrstuvwxyz")
+    lets_a = [next(pool) for _ in range(a_ndim)]
+    lets_b = [next(pool) for _ in range(b_ndim)]
+    for i, j in zip(da, db):
+        lets_b[j] = lets_a[i]
+    out = [lets_a[i] for i in range(a_ndim) if i not in da] + [
+        lets_b[j] for j in range(b_ndim) if j not in db]
+    return "".join(lets_a), "".join(lets_b), "".join(out)
+
+
+@rule_for(*torch_ops("tensordot"))
+def tensordot(call: Call) -> Plan:
+    """As the einsum it is (``local_ops`` runs it on each rank's blocks:
+    DTensor's own tensordot strategy search takes minutes on a 3-d mesh)."""
+    ops = call.tensors()
+    if len(ops) != 2 or call.kwargs.get("out") is not None or [loc for loc, _ in ops] != [("a", 0), ("a", 1)]:
+        raise NotCovered
+    (la, a), (lb, b) = ops
+    lettered = tensordot_letters(a.ndim, b.ndim, call.arg(2, "dims", default=2))
+    if lettered is None:
+        raise NotCovered
+    lets_a, lets_b, out = lettered
+    plan = _plan(call, [(la, a), (lb, b)], [lets_a, lets_b], out)
+    plan.linear = False  # local_ops completes pending operands first
+    return plan

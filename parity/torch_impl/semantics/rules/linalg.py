@@ -19,7 +19,7 @@ from parity.torch_impl.semantics.rules.registry import Call, NotCovered, Plan, r
 
 @rule_for((torch.linalg.eigvalsh, "eigvalsh"), (torch.linalg.eigh, "eigh"))
 def eigh(call: Call) -> Plan:
-    if "out" in call.kwargs:
+    if call.kwargs.get("out") is not None:
         raise NotCovered
     loc, x = call.only_self()
     if x.ndim < 2:

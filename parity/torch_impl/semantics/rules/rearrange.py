@@ -49,7 +49,7 @@ def _dims(value) -> list[int]:
 def _keep(call: Call, touched, out_spec=None, chosen: bool = False) -> Plan:
     """Gather ``touched`` dims of ``self``; the output gets ``out_spec``
     (default: the operand's spec), fitted to its shape."""
-    if "out" in call.kwargs:
+    if call.kwargs.get("out") is not None:
         raise NotCovered  # the result must be the out= tensor itself
     loc, x = call.only_self()
     spec, sizes = S.spec_of(x), call.sizes

@@ -176,7 +176,7 @@ def _promoted(name: str, spec, ndim: int):
 def join_promoted(call: Call) -> Plan:
     """JAX's ``_concatenate`` after the promotion: the operands' common
     spec (the joined dim kept), the joined dim gathered first."""
-    if "out" in call.kwargs:
+    if call.kwargs.get("out") is not None:
         raise NotCovered
     seq = call.arg(0, "tensors")
     if not isinstance(seq, (list, tuple)) or not seq or not all(isinstance(t, DTensor) for t in seq):

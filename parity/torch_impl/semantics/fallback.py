@@ -209,9 +209,15 @@ def _needs_grad(args: tuple, kwargs: dict) -> bool:
     return bool(found)
 
 
-def _refuse_inplace(func: Any, args: tuple, kwargs: dict, why: str) -> None:
+@torch._dynamo.assume_constant_result
+def _inplace_by_name(func: Any) -> bool:
+    # a constant under dynamo, which cannot trace str.endswith on the name
     name = getattr(func, "__name__", "") or ""
-    inplace = (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+    return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+
+
+def _refuse_inplace(func: Any, args: tuple, kwargs: dict, why: str) -> None:
+    inplace = _inplace_by_name(func)
     target = args[0] if args else None
     if "out" in kwargs and kwargs["out"] is not None:
         inplace, target = True, kwargs["out"]

@@ -22,8 +22,12 @@ marks it ``chosen``.
 | layers: softmax            | composed: the operand's spec      | the softmax dim gathered        |
 | layers: layer_norm,        | composed: broadcast of a, w, b    | normalized dims gathered        |
 | rms_norm                   |                                   |                                 |
+| layers: batch_norm         | composed: the input's spec        | channel dim as the running      |
+|                            |                                   | statistics, the rest gathered   |
 | contractions (matmul, mm,  | _dot_general_sharding_rule: batch | contracting dims sharded alike  |
-| bmm, linear, einsum)       | + lhs free + rhs free             | (a replicated side is sliced)   |
+| bmm, linear, einsum,       | + lhs free + rhs free             | (a replicated side is sliced)   |
+| inner, tensordot,          |                                   |                                 |
+| multi_dot)                 |                                   |                                 |
 | shapes: transpose, permute | _transpose: spec permuted         | --                              |
 | shapes: reshape, view,     | _reshape_sharding_rule: split or  | --                              |
 | flatten, (un)squeeze       | merge a sharded major dim         |                                 |

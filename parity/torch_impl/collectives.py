@@ -36,6 +36,7 @@ from parity.layout import spec_without_axis
 from parity.torch_impl import state
 from parity.torch_impl.distribute import require_dtensor
 from parity.torch_impl.donation import DonatedTensor, donate_block, invalidate, kept_blocks, take
+from parity.torch_impl.donation import take_key
 from parity.torch_impl.group_ops import COALESCING, Group, all_gather_block, all_reduce_block
 from parity.torch_impl.group_ops import direct_call
 from parity.torch_impl.group_ops import reduce_scatter_block
@@ -48,12 +49,13 @@ class _Plan:
     """What one (input spec, collective, op, axis name, axis) needs per call."""
 
     __slots__ = ("pending", "group", "axis", "to_float", "out_spec", "kind", "marker",
-                 "out_local", "out_dims", "reuse", "call", "mean")
+                 "out_local", "out_dims", "reuse", "call", "mean", "out_key", "in_key")
 
     def __init__(self, pending: bool, group: Group | None = None, axis: int = 0,
                  to_float: bool = False, out_spec: Any = None, kind: str = "",
                  out_local: torch.Size | None = None, op: str = "sum",
-                 dtype: torch.dtype | None = None) -> None:
+                 dtype: torch.dtype | None = None, in_local: torch.Tensor | None = None
+                 ) -> None:
         self.pending, self.group, self.axis = pending, group, axis
         self.to_float, self.out_spec, self.kind = to_float, out_spec, kind
         self.marker: DonatedTensor | None = None
@@ -67,6 +69,12 @@ class _Plan:
         self.call = (direct_call(group, kind, op, dtype)
                      if group is not None and axis == 0 and not to_float else None)
         self.mean = op == "mean"
+        # donation's pool keys, (shape, dtype, device): this plan's output
+        # block (the fast path's dtype is the input's) and its input block.
+        self.out_key = self.in_key = None
+        if in_local is not None:
+            self.out_key = (out_local, dtype, in_local.device)
+            self.in_key = (in_local.shape, dtype, in_local.device)
 
     def donate(self, x: DTensor, keep: bool) -> None:
         """Invalidate ``x``, donated to this collective; ``keep``: its block
@@ -74,7 +82,7 @@ class _Plan:
         if self.marker is None:
             self.marker = DonatedTensor(x._local_tensor, self.kind)
         if keep and self.group.direct:
-            donate_block(x, self.marker)
+            donate_block(x, self.marker, self.in_key)
         else:
             invalidate(x, self.marker)
 
@@ -124,7 +132,7 @@ def _build_plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _P
     shape = global_shape_from_local(local, out_spec, tuple(mesh.shape), names)
     dtype = torch.float32 if to_float else x.dtype  # lax.pmean of integers is float32
     return _Plan(False, group, axis, to_float, result_spec(mesh, out_spec, shape, dtype), kind,
-                 torch.Size(local), op, x.dtype)
+                 torch.Size(local), op, x.dtype, x._local_tensor)
 
 
 def _plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
@@ -215,7 +223,7 @@ def all_gather(x: Any, axis: int, axis_name: str, *, donate: bool = False) -> DT
     call = plan.call
     if call is not None and not COALESCING:
         local = local.contiguous()
-        out = take(plan.out_local, local.dtype, local.device) if kept_blocks else None
+        out = take_key(plan.out_key) if kept_blocks else None
         if out is None:
             out = local.new_empty(*plan.out_dims)
         work = call[0](call[1], out, local, call[2])
@@ -248,7 +256,7 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
     call = plan.call
     if call is not None and not COALESCING:
         local = local.contiguous()
-        out = take(plan.out_local, local.dtype, local.device) if kept_blocks else None
+        out = take_key(plan.out_key) if kept_blocks else None
         if out is None:
             out = local.new_empty(*plan.out_dims)
         work = call[0](call[1], out, local, call[2])

@@ -37,6 +37,12 @@ WEIGHT_ATOL = 1e-4
 # Graph breaks a compiled Keras step may have: the backward, and the
 # learning rate Keras's torch optimizers pass as ``alpha=`` (``.item()``).
 ALLOWED_BREAKS = ("Skip calling `torch.compiler.disable()`d function", "Data dependent operator")
+# With LayoutMap output entries (``.*dense.*output``) parity relayouts each
+# layer's output inside Keras's layer call; dynamo breaks its graph there
+# (the relayout's argument conversion, and Keras's call context around it).
+OUTPUT_LAYOUT_BREAKS = ALLOWED_BREAKS + (
+    "Failed to convert args/kwargs to proxy", "Unsupported context manager",
+    "mapping proxy affected by dictionary mutation")
 
 pytestmark = [needs_keras_extra, pytest.mark.timeout(1800)]
 
@@ -83,7 +89,8 @@ def assert_same_values(ref: dict, got: dict) -> None:
     assert got["specs"] == ref["specs"]
 
 
-def check_compiled(results: list[dict], jax: dict, nproc: int) -> None:
+def check_compiled(results: list[dict], jax: dict, nproc: int,
+                   allowed_breaks: tuple[str, ...] = ALLOWED_BREAKS) -> None:
     assert sorted(r["rank"] for r in results if r["jit"]) == list(range(nproc))
     eager = {r["rank"]: r for r in results if not r["jit"]}
     for result in (r for r in results if r["jit"]):
@@ -91,7 +98,7 @@ def check_compiled(results: list[dict], jax: dict, nproc: int) -> None:
         # and broke them only where the module docstring says.
         assert all(n >= 1 for n in result["compiled_entries"].values()), result["compiled_entries"]
         assert result["graphs"] >= 3, result["graphs"]
-        assert all(r.startswith(ALLOWED_BREAKS) for r in result["break_reasons"]), result["break_reasons"]
+        assert all(r.startswith(allowed_breaks) for r in result["break_reasons"]), result["break_reasons"]
         assert_same_values(eager[result["rank"]], result)
         assert_same_values(jax, result)
     for result in eager.values():
@@ -103,12 +110,26 @@ def check_compiled(results: list[dict], jax: dict, nproc: int) -> None:
 def test_jit_compile_model_parallel_mlp_compiles_on_2_ranks_and_matches_eager_and_jax(tmp_path):
     """Mesh (1, 2) ``batch, model``: dense_1 column-, dense_2 row-parallel;
     ``fit`` (2 steps, Adam), ``evaluate`` and ``predict``. Without the
-    driver's output layouts (``.*dense.*output``): with them the compiled
-    step fails (see ``keras_jit_worker._without_output_layouts``); output
-    layouts change placements, not values, so JAX's run keeps them."""
+    driver's output layouts (``.*dense.*output``; the 4-rank test has them):
+    output layouts change placements, not values, so JAX's run keeps them."""
     jax = run_jax("mlp:mp", devices=2)
     results = run_torch("mlp:mp", 2, tmp_path / "jit", "--no-output-layouts")
     check_compiled(results["mlp:mp"], jax["mlp:mp"], nproc=2)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_jit_compile_model_parallel_mlp_with_output_layouts_on_4_ranks_matches_eager_and_jax(
+        tmp_path):
+    """Mesh (2, 2) ``batch, model`` on 4 gloo ranks, with the driver's
+    output layouts (``.*dense.*output`` -> ``("batch", None)``): ``fit`` (2
+    steps, Adam), ``evaluate`` and ``predict`` compiled, equal to the eager
+    run and to JAX's ``jit`` on 4 devices. Before parity compiled Keras's
+    steps with ``dynamic=False`` (``keras/compiled.static_shapes``) the
+    train step failed here with a RecursionError in AOTAutograd's tracer."""
+    jax = run_jax("mlp:mp", devices=4)
+    results = run_torch("mlp:mp", 4, tmp_path / "jit")
+    check_compiled(results["mlp:mp"], jax["mlp:mp"], nproc=4, allowed_breaks=OUTPUT_LAYOUT_BREAKS)
 
 
 def test_jit_compile_over_simulated_ranks_runs_eagerly_and_says_so_once():

@@ -59,10 +59,10 @@ def step_codes(trainer_module) -> dict[str, object]:
 
 
 def _without_output_layouts(make_distribution):
-    """The driver's distribution without its ``.*dense.*output`` entry:
-    those relayouts run parity's layout conversion inside a layer call,
-    which breaks dynamo's graph inside Keras's call context and then fails
-    (RecursionError in AOTAutograd's proxy_tensor, torch 2.13)."""
+    """The driver's distribution without its ``.*dense.*output`` entry
+    (those relayouts run parity's layout conversion inside a layer call,
+    where dynamo breaks its graph): the compiled step with one graph per
+    step and no relayout breaks."""
 
     def make(args, keras, n_devices):
         distribution = make_distribution(args, keras, n_devices)

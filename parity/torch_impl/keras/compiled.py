@@ -1,12 +1,37 @@
-"""Keras steps compiled with ``jit_compile=True`` under parity: a dynamo
-failure becomes ``KerasCompileError`` naming the model, the step and the
-layer dynamo failed in (``naming_compile_errors``, applied by
-``trainer._wrap_make`` to each ``torch.compile``'d step).
+"""Keras steps compiled with ``jit_compile=True`` under parity, as
+``trainer._wrap_make`` applies to each ``torch.compile``'d step:
+
+* ``static_shapes``: the step is compiled with ``dynamic=False``, as
+  ``jax.jit`` traces per shape. Keras compiles with torch's default
+  (``dynamic=None``): a frame dynamo compiles a second time with other sizes
+  gets symbolic sizes. Parity's output relayout (a LayoutMap ``...output``
+  entry) is one frame after dynamo's graph break in a layer call, called for
+  every layer's output with that layer's shape; with symbolic sizes
+  AOTAutograd's tracer then hit Python's recursion limit in DTensor's
+  sharding code (``RecursionError`` in ``proxy_tensor._compute_proxy``, a
+  chain of lazily computed size proxies; torch 2.13, 2 and 4 gloo ranks).
+* ``naming_compile_errors``: a dynamo failure becomes ``KerasCompileError``
+  naming the model, the step and the layer dynamo failed in.
 """
 
 from __future__ import annotations
 
 import functools
+
+def static_shapes(fn):
+    """The function ``fn`` (``torch.compile(step)`` as Keras made it)
+    compiles, compiled again with ``dynamic=False`` (module docstring).
+
+    Raises ``ValueError`` when ``fn`` is not a ``torch.compile``'d function.
+    """
+    import torch
+
+    original = getattr(fn, "_torchdynamo_orig_callable", None)
+    if original is None:
+        raise ValueError(f"static_shapes: {fn!r} is not a torch.compile'd function "
+                         "(no _torchdynamo_orig_callable).")
+    return torch.compile(original, dynamic=False)
+
 
 def naming_compile_errors(fn, model, step: str):
     """``fn`` (a ``torch.compile``'d step) raising ``KerasCompileError`` --

@@ -170,9 +170,9 @@ def _wrap_make(name):
         fn = getattr(self, attr)
         if fn is not None and not getattr(fn, "_parity_mixing", False):
             if hasattr(fn, "_torchdynamo_orig_callable"):  # jit_compile=True
-                from parity.torch_impl.keras.compiled import naming_compile_errors
+                from parity.torch_impl.keras.compiled import naming_compile_errors, static_shapes
 
-                fn = naming_compile_errors(fn, self, step)
+                fn = naming_compile_errors(static_shapes(fn), self, step)
             setattr(self, attr, _in_mixing(fn))
         return getattr(self, attr)
 

@@ -45,7 +45,6 @@ op or sample have ``"sample": null`` / ``"layout": null`` as applicable.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 

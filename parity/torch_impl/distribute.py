@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import MeshMismatchError, ParityError
 from parity.layout import TensorLayout

@@ -223,3 +223,47 @@ def test_plain_tangent_is_left_to_torch_outside_a_parity_backward():
 
     meta = types.SimpleNamespace(original_subclass_type=DTensor, meta=((), None, None, False))
     assert compile_support._tangent_as_dtensor(torch.zeros(2), meta) is None
+
+
+def test_static_shapes_recompiles_a_step_for_new_sizes_instead_of_going_symbolic(monkeypatch):
+    """``keras/compiled.static_shapes``: Keras's ``torch.compile(step)``
+    compiled again with ``dynamic=False``: a call with new sizes builds a
+    new graph with those sizes, never one with symbolic sizes (what
+    ``dynamic=None`` does on the second size)."""
+    import torch
+
+    from parity.torch_impl.keras.compiled import static_shapes
+
+    def symbolic_graphs(compiled_fn):
+        seen = []
+
+        def backend(gm, example_inputs):
+            seen.append(any(isinstance(s, torch.SymInt) for x in example_inputs
+                            if isinstance(x, torch.Tensor) for s in x.shape)
+                        or any(isinstance(x, torch.SymInt) for x in example_inputs))
+            return gm.forward
+
+        torch._dynamo.reset()
+        fn = compiled_fn(backend)
+        for n in (3, 4, 5):
+            assert torch.equal(fn(torch.ones(n)), torch.full((n,), 2.0))
+        return seen
+
+    def step(x):
+        return x * 2
+
+    assert symbolic_graphs(lambda b: torch.compile(step, backend=b)) == [False, True]
+
+    def with_backend(b):  # Keras calls torch.compile(step): the backend is torch's default
+        compile_fn = torch.compile
+        monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_fn(fn, backend=b, **kw))
+        return static_shapes(torch.compile(step))
+
+    assert symbolic_graphs(with_backend) == [False] * 3
+
+
+def test_static_shapes_refuses_a_function_torch_compile_did_not_make():
+    from parity.torch_impl.keras.compiled import static_shapes
+
+    with pytest.raises(ValueError, match="not a torch.compile'd function"):
+        static_shapes(lambda x: x)

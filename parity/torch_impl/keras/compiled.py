@@ -19,8 +19,9 @@ from __future__ import annotations
 import functools
 
 def static_shapes(fn):
-    """The function ``fn`` (``torch.compile(step)`` as Keras made it)
-    compiles, compiled again with ``dynamic=False`` (module docstring).
+    """The function ``fn`` (``torch.compile(step)`` as Keras made it, with
+    torch's defaults) compiles, compiled again with ``dynamic=False``
+    (module docstring); the other options stay torch's defaults.
 
     Raises ``ValueError`` when ``fn`` is not a ``torch.compile``'d function.
     """

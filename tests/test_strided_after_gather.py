@@ -86,3 +86,16 @@ def test_differentiable_gather_over_two_axes_is_still_one_collective(mesh, caplo
     assert comm.get_total_counts() == 1, comm.get_comm_counts()
     assert not [r for r in caplog.records if r.name.startswith("torch")], caplog.text
     np.testing.assert_array_equal(ti.to_numpy(y), HOST)
+
+
+def test_an_op_without_a_rule_never_returns_a_placement_no_spec_describes(mesh):
+    """``torch.ops.aten.view`` has no rule: DTensor flattens (data, model)
+    into ``(Shard(0), _StridedShard(0, sf=4))``, which no PartitionSpec
+    describes; the mode gathers the strided mesh dim instead of returning
+    it (``describe``/``to_numpy`` would raise on it)."""
+    x = ti.distribute_tensor(np.arange(64, dtype=np.float32).reshape(8, 8),
+                             parity.TensorLayout(("data", "model"), mesh))
+    with ti.jax_semantics():
+        y = torch.ops.aten.view(x, [64])
+    assert ti.describe(y).spec == (("data",),)
+    np.testing.assert_array_equal(ti.to_numpy(y), np.arange(64, dtype=np.float32))

@@ -353,7 +353,8 @@ def _map_dtensors(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
 
 
 def _finish(out: Any, plan, keep_partial: bool) -> Any:
-    if isinstance(out, DTensor) and not S.has_partial(out) and plan is None:
+    if isinstance(out, DTensor) and plan is None and not S.has_partial(out) \
+            and not S.has_strided(out):
         return out
     leaves, tree = tree_flatten(out)
     tensors = [i for i, leaf in enumerate(leaves) if isinstance(leaf, DTensor)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor.placement_types import _StridedShard
 
 from parity import sharding_rules as R
 from parity.errors import LayoutError
@@ -81,6 +82,12 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
     return out
 
 
+def has_strided(x: DTensor) -> bool:
+    """Whether a mesh dim of ``x`` holds a strided shard (a dim split over
+    several mesh axes, or a reshape's result, which may be undescribable)."""
+    return any(type(p) is _StridedShard for p in x.placements)
+
+
 def describable(x: DTensor) -> bool:
     """Whether ``x``'s placements are a JAX ``PartitionSpec`` (DTensor can
     make strided shards that none describes, e.g. after a reshape)."""
@@ -93,7 +100,7 @@ def describable(x: DTensor) -> bool:
 
 def without_strided(x: DTensor) -> DTensor:
     """``x`` with every strided-shard mesh dim gathered (replicated)."""
-    if not any(type(p).__name__ == "_StridedShard" for p in x.placements):
+    if not has_strided(x):
         return x
     return x.redistribute(x.device_mesh, [
         Replicate() if type(p).__name__ == "_StridedShard" else p for p in x.placements

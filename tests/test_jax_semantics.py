@@ -494,6 +494,8 @@ def test_no_strategy_lets_other_errors_through():
     # c10/core/TensorImpl.h, raised by DTensor's tensor_split by a plain tensor of indices
     ("The tensor has a non-zero number of elements, but its data is not allocated yet.",
      "no-strategy"),
+    # aten/src/ATen/InferSize.h, from the local reshape of a block DTensor's view rule sized wrong
+    ("shape '[1, 16]' is invalid for input of size 8", "placements"),
     ("This operation would remove or reshape sharded dimension 1, which requires "
      "redistribution. Please redistribute the input first.  Sharding propagation failed for "
      "aten.view.default", "placements"),

@@ -99,3 +99,22 @@ def test_an_op_without_a_rule_never_returns_a_placement_no_spec_describes(mesh):
         y = torch.ops.aten.view(x, [64])
     assert ti.describe(y).spec == (("data",),)
     np.testing.assert_array_equal(ti.to_numpy(y), np.arange(64, dtype=np.float32))
+
+
+def test_aten_reshape_of_a_dim_split_over_two_axes_gives_the_values(mesh):
+    """``torch.ops.aten.reshape`` bypasses parity's reshape rule; DTensor's
+    view rule sizes the (data, model) block wrong and the local reshape
+    fails (``shape '[1, 16]' is invalid for input of size 8``): the mode
+    runs it again on gathered operands."""
+    x = ti.distribute_tensor(np.arange(64, dtype=np.float32).reshape(8, 8),
+                             parity.TensorLayout((("data", "model"), None), mesh))
+    with ti.jax_semantics():
+        y = torch.ops.aten.reshape(x, [4, 16])
+    np.testing.assert_array_equal(ti.to_numpy(y), np.arange(64, dtype=np.float32).reshape(4, 16))
+
+
+def test_aten_reshape_to_a_bad_shape_still_raises_torchs_error(mesh):
+    x = ti.distribute_tensor(np.arange(64, dtype=np.float32).reshape(8, 8),
+                             parity.TensorLayout((("data", "model"), None), mesh))
+    with ti.jax_semantics(), pytest.raises(RuntimeError, match=r"\[4, 17\]' is invalid for input of size 64"):
+        torch.ops.aten.reshape(x, [4, 17])

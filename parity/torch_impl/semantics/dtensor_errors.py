@@ -19,6 +19,12 @@ a bug) and propagates.
 | placements    | ``Please redistribute``         | ``_view_ops``: uneven flatten/unflatten |
 | placements    | ``unevenly sharded``            | ``_view_ops``: "Cannot flatten unevenly |
 |               |                                 | sharded tensor"                         |
+| placements    | ``is invalid for input of size``| the local ``view``/``reshape`` of a     |
+|               |                                 | block whose shape DTensor's view rule   |
+|               |                                 | got wrong (``aten.reshape`` called      |
+|               |                                 | directly on a dim split over two axes); |
+|               |                                 | a genuine bad shape fails again gathered|
+|               |                                 | and is raised from the full values      |
 | no-strategy   | ``does not have a sharding      | ``_sharding_prop``: no strategy at all  |
 |               | strategy registered``           | for the op                              |
 | no-strategy   | ``Sharding propagation failed`` | ``_sharding_prop``: any other failure   |
@@ -46,6 +52,7 @@ PHRASES: tuple[tuple[str, str], ...] = (
     ("placements", "redistribute the input"),
     ("placements", "Please redistribute"),
     ("placements", "unevenly sharded"),
+    ("placements", "is invalid for input of size"),
     ("no-strategy", "does not have a sharding strategy registered"),
     ("no-strategy", "Sharding propagation failed"),
     ("no-strategy", "not supported with DTensor"),

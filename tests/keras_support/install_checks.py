@@ -6,10 +6,8 @@ check: ``CHECK <name> ok`` or ``CHECK <name> FAIL <json traceback>``.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
 import warnings
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -24,6 +22,7 @@ from parity import torch_impl as ti  # noqa: E402
 from parity.errors import KerasInstallError  # noqa: E402
 from parity.torch_impl.keras import distribution_lib as parity_lib  # noqa: E402
 from parity.torch_impl.keras import install  # noqa: E402
+from check_runner import run_check
 
 CHECKS = []
 
@@ -155,15 +154,6 @@ def check_install_after_uninstall_distributes_again():
         assert spec == ((), ("model",)), spec
 
 
-def _run(fn):
-    try:
-        fn()
-        line = f"CHECK {fn.__name__} ok"
-    except BaseException:  # noqa: BLE001 - report every failure
-        line = f"CHECK {fn.__name__} FAIL {json.dumps(traceback.format_exc())}"
-    print(line, flush=True)
-    return line
-
 
 if __name__ == "__main__":
     from keras_under_test import assert_keras_under_test
@@ -172,4 +162,4 @@ if __name__ == "__main__":
     print("KERAS_VERSION " + keras.version(), flush=True)
     for fn in CHECKS:
         if not sys.argv[1:] or fn.__name__ in sys.argv[1:]:
-            _run(fn)
+            run_check(fn)

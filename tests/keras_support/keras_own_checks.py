@@ -11,17 +11,16 @@ Each check prints ``CHECK <name> ok`` or ``CHECK <name> FAIL <json traceback>``.
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import socket
 import sys
-import traceback
 import warnings
 
 import numpy as np
 
 import keras
 from keras import distribution as kd
+from check_runner import run_check
 
 CHECKS = []
 
@@ -108,22 +107,14 @@ def main() -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     # Keras's own list_devices counts processes once WORLD_SIZE is set, so the
     # first check runs before the one-rank group exists.
-    _run(check_one_process_sees_one_device)
+    run_check(check_one_process_sees_one_device)
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
         for fn in CHECKS[1:]:
-            _run(fn)
+            run_check(fn)
     finally:
         dist.destroy_process_group()
 
-
-def _run(fn) -> None:
-    try:
-        fn()
-        line = f"CHECK {fn.__name__} ok"
-    except BaseException:  # noqa: BLE001 - every failure is reported, by name
-        line = f"CHECK {fn.__name__} FAIL {json.dumps(traceback.format_exc())}"
-    print(line, flush=True)
 
 
 if __name__ == "__main__":

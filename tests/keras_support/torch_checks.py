@@ -10,11 +10,9 @@ some or all of them by hand.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import sys
 import tempfile
-import traceback
 import warnings
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -27,6 +25,7 @@ from keras import distribution as kd  # noqa: E402
 
 import parity  # noqa: E402
 from parity import torch_impl as ti  # noqa: E402
+from check_runner import run_check
 
 CHECKS = []
 
@@ -365,24 +364,15 @@ def main(names):
     selected = [c for c in CHECKS if not names or c.__name__ in names]
     results = []
     if not names or "check_install_after_variables_raises" in names:
-        results.append(_run(check_install_after_variables_raises))
+        results.append(run_check(check_install_after_variables_raises))
     else:
         ti.install_keras()
     with ti.simulate(8):
         for fn in selected:
-            results.append(_run(fn))
-    results.append(_run(check_no_distribution_still_plain))  # outside simulate too
+            results.append(run_check(fn))
+    results.append(run_check(check_no_distribution_still_plain))  # outside simulate too
     return results
 
-
-def _run(fn):
-    try:
-        fn()
-        line = f"CHECK {fn.__name__} ok"
-    except BaseException:  # noqa: BLE001 - report every failure
-        line = f"CHECK {fn.__name__} FAIL {json.dumps(traceback.format_exc())}"
-    print(line, flush=True)
-    return line
 
 
 if __name__ == "__main__":

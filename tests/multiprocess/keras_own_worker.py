@@ -12,16 +12,15 @@ for every check; each check states what Keras's own backend does.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 os.environ["KERAS_BACKEND"] = "torch"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "keras_support"))
 
 import numpy as np  # noqa: E402
+from check_runner import run_check  # noqa: E402
 
 GLOBAL_BATCH = 8
 CHECKS = []
@@ -122,12 +121,7 @@ def main() -> None:
 
     keras.distribution.initialize()
     for fn in CHECKS:
-        try:
-            fn()
-            line = f"CHECK {fn.__name__} ok"
-        except BaseException:  # noqa: BLE001 - every failure is reported, by name
-            line = f"CHECK {fn.__name__} FAIL {json.dumps(traceback.format_exc())}"
-        print(line, flush=True)
+        run_check(fn)
 
 
 if __name__ == "__main__":

@@ -72,26 +72,6 @@ def test_keras_own_torch_training_on_4_ranks_equals_jax(tmp_path):
     """Keras's own torch backend trains the parity tests' four models
     (DataParallel and ModelParallel, MLP and transformer block) on 4 gloo
     ranks to JAX's losses, weights and layouts on 4 devices."""
-    from test_keras_parity import CONFIGS, compare, finish, launch, parse_results
-    from torchrun import run_torchrun
+    from test_keras_parity import torchrun_4_ranks_match_jax
 
-    jax_proc = launch("jax", "--devices", str(RANKS), "--fit-only")
-    out = tmp_path / "own"
-    try:
-        torch_out = run_torchrun(
-            "keras_parity_worker.py", nproc=RANKS, timeout=600,
-            args=("--configs", ",".join(CONFIGS), "--fit-only", "--keras-own", "--out", str(out)),
-        )
-        jax_results, _ = parse_results(finish(jax_proc))
-    finally:
-        if jax_proc.poll() is None:
-            jax_proc.kill()
-    per_rank: dict[str, list[dict]] = {}
-    for path in sorted(tmp_path.glob("own.rank*.jsonl")):
-        for result in parse_results(path.read_text())[0].values():
-            per_rank.setdefault(result["config"], []).append(result)
-    for config in CONFIGS:
-        ranks = per_rank.get(config, [])
-        assert sorted(r["rank"] for r in ranks) == list(range(RANKS)), (config, torch_out[-3000:])
-        for result in ranks:
-            compare(jax_results[config], result, config)
+    torchrun_4_ranks_match_jax(tmp_path, "--keras-own")

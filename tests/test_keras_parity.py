@@ -103,19 +103,19 @@ def test_keras_parity_jax_vs_torch(runs, config):
     compare(jax_results[config], torch_results[config], config)
 
 
-@pytest.mark.multiprocess
-def test_keras_parity_torchrun_4_ranks(tmp_path):
-    """4 gloo ranks under torchrun against JAX on 4 devices (one process):
-    ``fit`` only (evaluate and predict are covered above), each rank's
-    losses and final weights."""
+def torchrun_4_ranks_match_jax(tmp_path, *driver_args: str) -> None:
+    """The driver's four configs on 4 gloo ranks under torchrun (``fit``
+    only; ``driver_args`` added) against JAX on 4 devices in one process:
+    every rank's losses, weights and layouts equal JAX's."""
     from torchrun import run_torchrun
 
-    jax_proc = launch("jax", "--devices", "4", "--fit-only")
+    ranks_total = 4
+    jax_proc = launch("jax", "--devices", str(ranks_total), "--fit-only")
     out = tmp_path / "torchrun"
     try:
         torch_out = run_torchrun(
-            "keras_parity_worker.py", nproc=4, timeout=600,
-            args=("--configs", ",".join(CONFIGS), "--fit-only", "--out", str(out)),
+            "keras_parity_worker.py", nproc=ranks_total, timeout=600,
+            args=("--configs", ",".join(CONFIGS), "--fit-only", *driver_args, "--out", str(out)),
         )
         jax_results, _ = parse_results(finish(jax_proc))
     finally:
@@ -123,14 +123,21 @@ def test_keras_parity_torchrun_4_ranks(tmp_path):
             jax_proc.kill()
     per_rank: dict[str, list[dict]] = {}
     for path in sorted(tmp_path.glob("torchrun.rank*.jsonl")):
-        for line in path.read_text().splitlines():
-            result = json.loads(line[len("PARITY_RESULT "):])
+        for result in parse_results(path.read_text())[0].values():
             per_rank.setdefault(result["config"], []).append(result)
     for config in CONFIGS:
         ranks = per_rank.get(config, [])
-        assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3], (config, torch_out[-3000:])
+        assert sorted(r["rank"] for r in ranks) == list(range(ranks_total)), (config, torch_out[-3000:])
         for result in ranks:  # every rank sees the global loss and weights
             compare(jax_results[config], result, config)
+
+
+@pytest.mark.multiprocess
+def test_keras_parity_torchrun_4_ranks(tmp_path):
+    """4 gloo ranks under torchrun against JAX on 4 devices (one process):
+    ``fit`` only (evaluate and predict are covered above), each rank's
+    losses and final weights."""
+    torchrun_4_ranks_match_jax(tmp_path)
 
 
 def test_install_keras_refuses_jax_backend(runs):

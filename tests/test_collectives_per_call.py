@@ -79,6 +79,21 @@ def test_a_donated_block_the_caller_still_holds_is_not_reused():
     assert out == {"reused": False, "unchanged": True}
 
 
+def test_a_donated_block_let_go_by_its_other_holder_before_the_next_call_is_reused():
+    # As gloo's work does with an all_gather's input: it holds the block when
+    # the collective returns and lets go soon after.
+    out = run("""
+        x = fresh()
+        held = x.to_local()
+        y = ti.all_gather(x, 0, "x", donate=True)
+        address = held.data_ptr()
+        del held
+        z = ti.reduce_scatter(y, 0, "x")      # an output of the donated block's size
+        out = {"reused": ptr(z) == address}
+    """)
+    assert out == {"reused": True}
+
+
 def test_a_donated_block_viewed_elsewhere_is_not_reused():
     out = run("""
         x = fresh()

@@ -10,10 +10,15 @@ output is larger, ``reduce_scatter``'s smaller) is kept, when nothing else
 can see it, for a later collective's output of the same shape and dtype
 (``take``): a loop of donating collectives -- a gather and a scatter in
 turn, as in a sharded training step -- then allocates nothing, as the raw
-calls into preallocated outputs do. "Nothing else can see it": no other
-Python reference to the block (``x.to_local()`` held by the caller), no
+calls into preallocated outputs do. "Nothing else can see it", checked
+when the block is taken: no other reference to the block (``x.to_local()``
+held by the caller; a C++ owner such as a process group's work) and no
 other tensor on its storage (a view, or the block a view of a larger
-buffer). At most ``POOL_SIZE`` blocks are kept (the oldest go first);
+buffer). Not checked at donation: the process group's finished work
+(gloo's all_gather keeps its input tensor until its worker thread lets
+the work go) still holds the block when the collective returns, and
+whatever holds it then but no longer at ``take`` cannot see the new values.
+At most ``POOL_SIZE`` blocks are kept (the oldest go first);
 ``release_buffers()`` drops them.
 """
 
@@ -88,15 +93,15 @@ _storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
 def donate_block(x: DTensor, marker: DonatedTensor, key: tuple | None = None) -> None:
-    """Invalidate ``x`` (see ``invalidate``) and keep its local block for a
-    later ``take`` when nothing else can see it (see the module docstring).
+    """Invalidate ``x`` (see ``invalidate``) and keep its local block, when
+    it is a plain tensor and no view, for a later ``take`` (which checks
+    that nothing else can see it, see the module docstring).
     ``key``: the block's (shape, dtype, device) when the caller knows them
     (a collective's plan; reading ``device`` costs about a microsecond);
     only its dtype and device are trusted, the shape is checked."""
     local = x._local_tensor
     x._local_tensor = marker
-    # References to ``local`` now: this frame's and getrefcount's argument.
-    if sys.getrefcount(local) > 2 or not _sole_tensor_on_storage(local):
+    if type(local) is not torch.Tensor or local._base is not None:
         return
     if key is None or key[0] != local.shape:
         key = (local.shape, local.dtype, local.device)
@@ -107,7 +112,7 @@ def donate_block(x: DTensor, marker: DonatedTensor, key: tuple | None = None) ->
 
 
 def _sole_tensor_on_storage(t: torch.Tensor) -> bool:
-    if _storage_use_count is None or type(t) is not torch.Tensor or t._base is not None:
+    if _storage_use_count is None:
         return False
     if not t.is_contiguous() or t.storage_offset() != 0:
         return False
@@ -118,16 +123,22 @@ def _sole_tensor_on_storage(t: torch.Tensor) -> bool:
 
 def take(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
     """A kept donated block of this shape, dtype and device (no longer
-    kept), or ``None``. Its version counter is bumped: an autograd graph
-    that saved it raises instead of reading the new values."""
+    kept), or ``None``: also when something else can still see it (the
+    block is then dropped). Its version counter is bumped: an
+    autograd graph that saved it raises instead of reading the new
+    values."""
     return take_key((shape, dtype, device))
 
 
 def take_key(key: tuple) -> torch.Tensor | None:
     """``take(*key)``, for callers that hold the key."""
     block = _pool.pop(key, None)
-    if block is not None:
-        torch.autograd.graph.increment_version(block)
+    if block is None:
+        return None
+    # References to ``block`` now: this frame's and getrefcount's argument.
+    if sys.getrefcount(block) > 2 or not _sole_tensor_on_storage(block):
+        return None  # dropped: something else can still see it
+    torch.autograd.graph.increment_version(block)
     return block
 
 

@@ -18,6 +18,14 @@ eager and compiled, JAX 1. Mesh (2, 2) ``batch, model`` with x's rows on
 gradients on ``batch`` in one combined all-reduce). parity does no
 redistribution JAX does not do; it does not combine them into fewer
 launches (pinned below, so a change either way shows).
+
+The Keras parity driver's models (``tests/keras_support/parity_driver.py``,
+``mlp:mp`` and ``transformer:mp``, 2 gloo ranks / 2 CPU devices, mesh (1, 2))
+are counted the same way: parity's eager ``train_on_batch``
+(``multiprocess/keras_collective_count_worker.py``) against the HLO of the
+JAX backend's jitted train step, which this file, run as a script
+(``python tests/test_collective_counts.py keras mlp transformer``), reads
+from XLA's dump of the optimized module.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import needs_keras_extra
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +90,39 @@ def jax_step_hlo(mesh_kind: str) -> str:
     return jitted.lower(p, jnp.zeros((8, 16), jnp.float32)).compile().as_text()
 
 
+def keras_jax_counts(models: list[str]) -> dict[str, dict[str, dict[str, int]]]:
+    """Per Keras parity-driver model (``mlp``, ``transformer``; ``mp`` on 2
+    devices, mesh (1, 2)): the collectives in the HLO of the JAX backend's
+    compiled train step (``jit_compile=True``), read from XLA's dump of the
+    optimized module (``--xla_dump_to``). Keras must not be imported yet
+    (``KERAS_BACKEND`` is read on import)."""
+    import glob
+    import shutil
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(ROOT / "tests" / "keras_support"))
+    import parity_driver
+
+    import keras
+
+    dump = os.environ["PARITY_XLA_DUMP"]
+    out = {}
+    for model in models:
+        args = SimpleNamespace(model=model, dist="mp", jit=True, torchrun=False, steps=1,
+                               devices=2)
+        distribution = parity_driver.make_distribution(args, keras, 2)
+        x, y = parity_driver.make_data(args, 1, 16)
+        with distribution.scope():
+            m = parity_driver.build_model(args, keras)
+            m.set_weights(parity_driver.initial_weights(m))
+            m.train_on_batch(x, y)
+        (path,) = glob.glob(f"{dump}/*jit_train_step*after_optimizations.txt")
+        out[model] = hlo_collectives(Path(path).read_text())
+        shutil.rmtree(dump)
+        os.makedirs(dump)
+    return out
+
+
 def jax_counts(mesh_kind: str) -> dict[str, dict[str, int]]:
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS="--xla_force_host_platform_device_count=4")
@@ -96,6 +138,31 @@ def parity_counts(mesh_kind: str, nproc: int) -> dict[str, dict[str, int]]:
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
         run_torchrun("collective_count_worker.py", nproc=nproc, timeout=600, args=(mesh_kind,),
+                     env={"PARITY_RESULT_FILE": str(result)})
+        return json.loads(result.read_text())
+
+
+def start_jax_keras_counts(models: tuple[str, ...], dump: str) -> subprocess.Popen:
+    """Start the JAX side of the Keras count (it runs beside the gloo ranks)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", KERAS_BACKEND="jax", PARITY_XLA_DUMP=dump,
+               XLA_FLAGS=f"--xla_force_host_platform_device_count=2 --xla_dump_to={dump} "
+                         "--xla_dump_hlo_as_text")
+    return subprocess.Popen([sys.executable, __file__, "keras", *models], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def jax_keras_counts(proc: subprocess.Popen) -> dict[str, dict[str, dict[str, int]]]:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-4000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def parity_keras_counts(models: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    from torchrun import run_torchrun
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "result.json"
+        run_torchrun("keras_collective_count_worker.py", nproc=2, timeout=600, args=models,
                      env={"PARITY_RESULT_FILE": str(result)})
         return json.loads(result.read_text())
 
@@ -137,4 +204,45 @@ def test_data_and_tensor_parallel_mlp_step_reduces_what_jax_reduces_in_more_laun
 
 
 if __name__ == "__main__":
-    print(json.dumps(hlo_collectives(jax_step_hlo(sys.argv[1]))))
+    if sys.argv[1] == "keras":
+        print(json.dumps(keras_jax_counts(sys.argv[2:])))
+    else:
+        print(json.dumps(hlo_collectives(jax_step_hlo(sys.argv[1]))))
+
+
+def launches(counts: dict) -> int:
+    """Collective launches in ``{kind: n}`` (parity) or ``{kind: {"launches": n, ...}}`` (HLO)."""
+    return sum(v["launches"] if isinstance(v, dict) else v for v in counts.values())
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@needs_keras_extra
+def test_keras_model_parallel_train_steps_launch_no_more_collectives_than_jax():
+    """The Keras parity driver's MLP and transformer block (``mp``, 2 gloo
+    ranks / 2 CPU devices, mesh (1, 2) ``batch, model``, the driver's
+    layouts) one eager ``train_on_batch`` under parity against the JAX
+    backend's compiled train step. MLP: the same collectives (the
+    row-parallel partial sum; the two gathers the ``.*dense.*output``
+    layouts ask for). Transformer block: parity launches 18 (11 all-gathers,
+    3 all-reduces, 4 reduce-scatters) where XLA launches 38 (26 all-gathers,
+    12 all-reduces carrying 18 arrays). Both sides pinned, so a change
+    either way shows."""
+    models = ("mlp", "transformer")
+    with tempfile.TemporaryDirectory() as dump:
+        jax_proc = start_jax_keras_counts(models, dump)
+        try:
+            got = parity_keras_counts(models)
+        finally:
+            jax = jax_keras_counts(jax_proc)
+    assert jax == {
+        "mlp": {"all-reduce": {"launches": 1, "operands": 1},
+                "all-gather": {"launches": 2, "operands": 2}},
+        "transformer": {"all-reduce": {"launches": 12, "operands": 18},
+                        "all-gather": {"launches": 26, "operands": 26}},
+    }, jax
+    assert got == {"mlp": {"all-reduce": 1, "all-gather": 2},
+                   "transformer": {"all-gather": 11, "all-reduce": 3, "reduce-scatter": 4}}, got
+    for model in models:
+        assert launches(got[model]) <= launches(jax[model]), (model, got[model], jax[model])

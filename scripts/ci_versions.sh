@@ -55,6 +55,7 @@ done_step "setup jax 0.12"
 step "tests on torch 2.14.1 (not multiprocess, not slow)"
 status=0
 .venv-torch214/bin/python -m pytest -q -m "not multiprocess and not slow" -p no:cacheprovider \
+    -n "${PARITY_TEST_WORKERS:-2}" --dist loadfile \
     || status=1
 done_step "tests on torch 2.14.1"
 

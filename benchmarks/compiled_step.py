@@ -1,7 +1,8 @@
 """A tensor-parallel (Megatron) MLP training step on gloo ranks: parity's
 ``jax_semantics()`` step eager, the same step under ``torch.compile``, and
-``jax.jit`` of the same step on as many CPU devices -- ratios from one run
-(issue 15, item 5).
+``jax.jit`` of the same step on as many CPU devices (one process), and on
+as many JAX processes with one CPU device each and gloo collectives (the
+torch ranks' terms) -- ratios from one run (issue 15, item 5).
 
     python -m benchmarks.compiled_step [--world 2] [--steps 20] [--backend aot_eager]
 
@@ -33,6 +34,11 @@ def host(shape, seed):
     import numpy as np
 
     return (np.random.default_rng(seed).standard_normal(shape) * 0.05).astype(np.float32)
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def _median_step(fn, steps: int, warmup: int, sync=None) -> float:
@@ -118,28 +124,97 @@ def jax_child(world: int, steps: int, warmup: int) -> dict:
     return {"step_s": _median_step(run, steps, warmup)}
 
 
+def jax_process(steps: int, warmup: int, world: int, process_id: int, port: int,
+                out: str) -> None:
+    """One of ``world`` JAX processes, one CPU device each, collectives over
+    gloo: ``jax.jit`` of the same step on the torch ranks' terms (process 0
+    writes its time)."""
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=world, process_id=process_id)
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()), ("model",))
+    weights = (NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("model", None)))
+
+    def put(value, sharding):
+        return jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])
+
+    def loss_fn(p, x):
+        return jnp.mean((jnp.tanh(x @ p[0]) @ p[1] - 1) ** 2)
+
+    @jax.jit
+    def step(p, x):
+        loss, g = jax.value_and_grad(loss_fn)(p, x)
+        return loss, tuple(w - LR * gw for w, gw in zip(p, g))
+
+    x = put(host((BATCH, FEATURES), 0), NamedSharding(mesh, P()))
+    state = {"p": (put(host((FEATURES, HIDDEN), 1), weights[0]),
+                   put(host((HIDDEN, OUT), 2), weights[1]))}
+
+    def run():
+        loss, state["p"] = step(state["p"], x)
+        loss.block_until_ready()
+
+    result = {"step_s": _median_step(run, steps, warmup)}
+    if process_id == 0:
+        Path(out).write_text(json.dumps(result))
+
+
+def _jax_processes(a, env: dict, tmp: str) -> dict:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = str(Path(tmp) / "jax.json")
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.compiled_step", "--role",
+                               "jax-process", "--world", str(a.world), "--process-id", str(i),
+                               "--port", str(port), "--steps", str(a.steps), "--warmup",
+                               str(a.warmup), "--out", out],
+                              env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for i in range(a.world)]
+    logs = [proc.communicate()[0] for proc in procs]
+    if any(proc.returncode for proc in procs):
+        raise SystemExit("JAX processes failed:\n" + "\n".join(log[-3000:] for log in logs))
+    return json.loads(Path(out).read_text())
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--backend", default="aot_eager", help="torch.compile backend")
-    p.add_argument("--role", choices=["main", "torch", "jax"], default="main")
+    p.add_argument("--role", choices=["main", "torch", "jax", "jax-process"], default="main")
+    p.add_argument("--process-id", type=int)
+    p.add_argument("--port", type=int)
     p.add_argument("--out")
     a = p.parse_args()
     if a.role == "torch":
         return torch_rank(a.steps, a.warmup, a.backend, a.out)
     if a.role == "jax":
         return print(json.dumps(jax_child(a.world, a.steps, a.warmup)))
+    if a.role == "jax-process":
+        return jax_process(a.steps, a.warmup, a.world, a.process_id, a.port, a.out)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "torch.json")
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        f"--nproc_per_node={a.world}", "-m", "benchmarks.compiled_step",
-                        "--role", "torch", "--steps", str(a.steps), "--warmup", str(a.warmup),
-                        "--backend", a.backend, "--out", out],
-                       env=env, check=True, cwd=ROOT, capture_output=True)
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               f"--nproc_per_node={a.world}", "-m", "benchmarks.compiled_step",
+                               "--role", "torch", "--steps", str(a.steps), "--warmup",
+                               str(a.warmup), "--backend", a.backend, "--out", out],
+                              env=env, cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"torch ranks failed:\n{(proc.stdout + proc.stderr)[-6000:]}")
         torch_res = json.loads(Path(out).read_text())
+        jax_mp = _jax_processes(a, env, tmp)
     jax_proc = subprocess.run([sys.executable, "-m", "benchmarks.compiled_step", "--role", "jax",
                                "--world", str(a.world), "--steps", str(a.steps),
                                "--warmup", str(a.warmup)],
@@ -150,13 +225,19 @@ def main() -> None:
     summary = {"world": a.world, "backend": a.backend, "eager_s": eager, "compiled_s": compiled,
                "jax_jit_s": jitted, "compiled_over_eager": compiled / eager,
                "compiled_over_jax": compiled / jitted, "eager_over_jax": eager / jitted,
-               "compile_first_call_s": torch_res["compiled"]["first_call_s"]}
+               "compile_first_call_s": torch_res["compiled"]["first_call_s"],
+               "jax_jit_gloo_processes_s": jax_mp["step_s"],
+               "compiled_over_jax_gloo_processes": compiled / jax_mp["step_s"],
+               "load": _load()}
     print(json.dumps(summary))
     print(f"MLP {FEATURES}-{HIDDEN}-{OUT}, batch {BATCH}, {a.world} gloo ranks / CPU devices")
     print(f"  parity eager     {eager * 1e3:8.2f} ms")
     print(f"  parity compiled  {compiled * 1e3:8.2f} ms  ({compiled / eager:.2f}x eager, "
           f"{compiled / jitted:.2f}x JAX)   first call {summary['compile_first_call_s']:.1f} s")
-    print(f"  JAX jit          {jitted * 1e3:8.2f} ms")
+    print(f"  JAX jit          {jitted * 1e3:8.2f} ms  ({a.world} devices in one process)")
+    print(f"  JAX jit          {jax_mp['step_s'] * 1e3:8.2f} ms  ({a.world} processes, gloo; "
+          f"compiled is {summary['compiled_over_jax_gloo_processes']:.2f}x this)")
+    print(f"  load average {summary['load']}")
 
 
 if __name__ == "__main__":

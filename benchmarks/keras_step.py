@@ -6,8 +6,10 @@ prints one JSON line with the median step time and, on torch, where the
 time goes (``torch.profiler``, top ops by self CPU time).
 
 JAX compiles the step (``jit_compile=True``, its default); torch runs it
-eagerly (``jit_compile=False``: ``torch.compile`` over DTensor is out of
-scope here), so the ratio is eager DTensor against compiled XLA.
+eagerly (``jit_compile=False``: over simulated ranks parity's compiled
+Keras step runs eagerly anyway), so the ratio is eager DTensor against
+compiled XLA. The compiled Keras step on real gloo ranks is timed by
+``benchmarks/keras_compiled_step.py``.
 """
 
 from __future__ import annotations

@@ -23,11 +23,22 @@ floor is the second raw sample over the first (the same call twice: any
 distance from 1.000x is the machine's). The block of the size named is
 the all_gather's input and the reduce_scatter's output (its input is
 world times larger).
+
+Each line also gives the median CPU time per call of the whole process
+(``time.process_time``: gloo's threads included; time spent waiting for
+a core on a loaded machine is not in it, so it tells the work a call does
+from the load around it) and the median minor page faults per call: a call that allocates and first-touches
+a new output shows it there (parity's donated reduce_scatter once did,
++16,384 faults per 64 MB call, see ``parity.torch_impl.donation``). gloo
+itself allocates per call: its all_gather gathers into a temporary and
+copies, its reduce_scatter reduces a clone of its input, on both sides.
+The load average (``os.getloadavg``) is printed before and after.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import time
 
@@ -77,35 +88,53 @@ def _rank_main(rank: int, world: int, port: int, size: int, samples: int) -> Non
          "reduce_scatter_single into a preallocated output"),
     ]
     times = {name: ([], [], []) for name, *_ in pairs}
+    cpu = {name: ([], [], []) for name, *_ in pairs}
+    faults = {name: ([], [], []) for name, *_ in pairs}
     for round_ in range(samples + 1):  # round 0: warm-up, dropped
         for name, mine, raw, _ in pairs:
-            calls = [(mine, times[name][0]), (raw, times[name][1]), (raw, times[name][2])]
+            calls = [(mine, 0), (raw, 1), (raw, 2)]
             shift = round_ % 3  # each of the three takes each place in turn
-            for fn, acc in calls[shift:] + calls[:shift]:
+            for fn, k in calls[shift:] + calls[:shift]:
                 dist.barrier()
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                cpu_start = time.process_time()
                 start = time.perf_counter()
                 fn()
+                elapsed = time.perf_counter() - start
+                cpu_used = time.process_time() - cpu_start
                 if round_:
-                    acc.append(time.perf_counter() - start)
+                    times[name][k].append(elapsed)
+                    cpu[name][k].append(cpu_used)
+                    faults[name][k].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                                           - before)
     medians = [statistics.median(v) for name, *_ in pairs for v in times[name]]
+    medians += [statistics.median(v) for name, *_ in pairs for v in faults[name]]
+    medians += [statistics.median(v) for name, *_ in pairs for v in cpu[name]]
     t = torch.tensor(medians, dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     if rank == 0:
+        f0 = 3 * len(pairs)
         for i, (name, _, _, baseline) in enumerate(pairs):
             mine, raw, again = (t[3 * i + k].item() for k in range(3))
+            pf_mine, pf_raw = t[f0 + 3 * i].item(), t[f0 + 3 * i + 1].item()
+            cpu_mine, cpu_raw = t[2 * f0 + 3 * i].item(), t[2 * f0 + 3 * i + 1].item()
             print(f"{name} donate=True, {size >> 20} MB/rank x{world} gloo: parity {mine * 1e3:.2f} ms, "
                   f"raw {raw * 1e3:.2f} ms ({baseline}), ratio {mine / raw:.3f} "
-                  f"(median of {samples}; noise floor: raw again / raw {again / raw:.3f})",
+                  f"(median of {samples}; noise floor: raw again / raw {again / raw:.3f}; "
+                  f"CPU per call: parity {cpu_mine * 1e3:.2f} ms, raw {cpu_raw * 1e3:.2f} ms; "
+                  f"page faults per call: parity {pf_mine:.0f}, raw {pf_raw:.0f})",
                   flush=True)
     dist.destroy_process_group()
 
 
 def main(world: int = 2, scale: int = 1) -> None:
     """``scale``: samples per size times this (``python -m benchmarks.donation 3``)."""
+    print("load average before: %.2f %.2f %.2f" % os.getloadavg(), flush=True)
     for size in SIZES:
         samples = (15 if size > (16 << 20) else 41) * scale
         mp.start_processes(_rank_main, args=(world, free_port(), size, samples), nprocs=world,
                            start_method="spawn", join=True)
+    print("load average after: %.2f %.2f %.2f" % os.getloadavg(), flush=True)
 
 
 if __name__ == "__main__":

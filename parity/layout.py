@@ -169,7 +169,7 @@ class TensorLayout:
     def shard_count(self, dim: int) -> int:
         """How many slices dim ``dim`` is cut into (product of its axes' sizes)."""
         mesh = self.require_mesh()
-        return math.prod(mesh.axis_size(n) for n in self._spec[dim])
+        return math.prod([mesh.axis_size(n) for n in self._spec[dim]])  # a list: dynamo
 
     def check_shape(self, shape: Sequence[int]) -> None:
         """Check that this layout can shard a tensor of ``shape``.

@@ -23,6 +23,7 @@ mode it runs in), ``meshes`` (parity <-> torch meshes), ``placements``
 
 from parity.backends import BACKEND_FUNCTIONS
 from parity.torch_impl.collectives import all_gather, all_reduce, reduce_scatter
+from parity.torch_impl import traced_collectives  # noqa: F401 - their dynamo twins
 from parity.torch_impl.describe import describe
 from parity.torch_impl.devices import get_device_count, initialize, list_devices
 from parity.torch_impl.devices import num_processes, process_id, simulate, torch_device

@@ -43,6 +43,19 @@ def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
             "The torch backend has no ranks: use torch_impl.simulate(n) for "
             "simulated devices or torch_impl.initialize() under torchrun."
         )
+    # A hit of this generation needs no lock (a dict read; the lock guards
+    # the fill) -- and dynamo cannot enter an RLock, so a compiled function
+    # finds here the mesh its inputs were distributed on, eagerly.
+    if _cache_generation[0] == now.generation:
+        cached = _mesh_cache.get(mesh)
+        if cached is not None:
+            return cached
+        if torch.compiler.is_dynamo_compiling():
+            # dynamo looks a user object up in a dict by identity: compare
+            # values (an equal parity mesh built elsewhere).
+            for key, held in _mesh_cache.items():
+                if key == mesh:
+                    return held
     with state.lock:
         _caches_for(now.generation)
         cached = _mesh_cache.get(mesh)
@@ -63,6 +76,14 @@ def mesh_axis_names(torch_mesh: TorchMesh) -> tuple[str, ...]:
 
 def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
     """The parity mesh of a torch ``DeviceMesh`` (axis names ``dim0``... if unnamed)."""
+    if torch.compiler.is_dynamo_compiling():
+        # Dynamo has no id() of a mesh read off a traced intermediate
+        # DTensor, and ``is`` between two of its mesh variables is False;
+        # it compares meshes by value (equal torch meshes: same ranks, axis
+        # names and device type, so the same parity mesh).
+        for held, mesh in _parity_mesh_cache.values():
+            if held == torch_mesh:
+                return mesh
     cached = _parity_mesh_cache.get(id(torch_mesh))
     if cached is not None and cached[0] is torch_mesh:
         return cached[1]

@@ -103,10 +103,9 @@ def to_spec(
 
 def _same_shard(a: Placement, b: Placement) -> bool:
     if isinstance(a, _StridedShard) or isinstance(b, _StridedShard):
-        return (
-            isinstance(a, _StridedShard)
-            and isinstance(b, _StridedShard)
-            and a.dim == b.dim
-            and int(a.split_factor) == int(b.split_factor)
-        )
+        # Placement equality (same class, dim and split factor), not
+        # ``.split_factor``: dynamo reads only the members torch registers for
+        # an opaque placement (``dim``, ``__eq__``), so tracing the property
+        # raised "Dynamo does not know how to trace method `__get__`".
+        return a == b
     return isinstance(a, Shard) and isinstance(b, Shard) and a.dim == b.dim

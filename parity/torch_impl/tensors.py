@@ -133,6 +133,7 @@ def global_shape_from_local(
     """Global shape of evenly sharded blocks of ``local_shape`` laid out as ``spec``."""
     axis_names = tuple(axis_names)
     return tuple(
-        int(size) * math.prod(mesh_shape[axis_names.index(n)] for n in names)
+        # a list: dynamo cannot trace math.prod(generator)
+        int(size) * math.prod([mesh_shape[axis_names.index(n)] for n in names])
         for size, names in zip(local_shape, spec)
     )

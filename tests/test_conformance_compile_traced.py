@@ -128,3 +128,10 @@ def test_a_donating_collective_is_refused_inside_torch_compile(sim8):
         err = err.__cause__ or err.__context__
     assert any("all_reduce(donate=True) inside torch.compile" in str(e) for e in chain), chain
     np.testing.assert_array_equal(sim8.to_numpy(x), HOST)  # x was not donated
+
+
+def test_all_gather_variable_compiles_to_the_eager_result(sim8):
+    x = _x(sim8, (("model", "data"), None))
+    got, want = _compiled(sim8.all_gather_variable)(x), sim8.all_gather_variable(x)
+    _same(sim8, got, want)
+    assert sim8.describe(got).spec == ((), ())

@@ -117,7 +117,8 @@ def evenly_sharded(x: DTensor) -> bool:
     layouts always do; a raw DTensor may not)."""
     spec, _ = spec_of(x)
     sizes = dict(zip(mesh_axis_names(x.device_mesh), x.device_mesh.shape))
-    return all(n % math.prod(sizes[a] for a in entry) == 0 for n, entry in zip(x.shape, spec))
+    return all(n % math.prod([sizes[a] for a in entry]) == 0  # a list: dynamo
+               for n, entry in zip(x.shape, spec))
 
 
 def gather_whole(x: DTensor) -> torch.Tensor:

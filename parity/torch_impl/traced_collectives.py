@@ -1,4 +1,5 @@
-"""``all_reduce``, ``all_gather`` and ``reduce_scatter`` as dynamo traces them.
+"""``all_reduce``, ``all_gather``, ``reduce_scatter`` and
+``all_gather_variable`` as dynamo traces them.
 
 The eager collectives (``parity.torch_impl.collectives``) are written for
 microseconds: multi-process calls go to the process group's C++ method
@@ -17,6 +18,12 @@ ones alike) with the block summed and divided for ``mean`` (gloo has no
 AVG), and the result is made by ``DTensor.from_local`` with the plan's
 placements, shape and stride (no collective, no check).
 
+``all_gather_variable`` (eagerly one all_gather over a flattened group of
+the whole mesh, wrapped by ``DTensor.__new__``; the flattened group's rank
+tensor is not a fake tensor dynamo can trace) is DTensor's own
+``redistribute`` to replicated under dynamo: the same values and spec,
+differentiable as the eager one is, one gather per sharded mesh dim.
+
 ``donate=True`` raises ``ParityError`` while dynamo traces: donation
 invalidates ``x``'s Python object and keeps its buffer for a later call,
 which a traced graph cannot do; the error says so rather than ignoring the
@@ -33,10 +40,12 @@ from typing import Any
 import torch
 import torch.distributed._functional_collectives as funcol
 from torch._dynamo.decorators import substitute_in_graph
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import ParityError
 from parity.torch_impl import collectives as eager
+from parity.torch_impl import distribute
+from parity.torch_impl.tensors import resolve_pending
 from parity.torch_impl.torch_compat import funcol_all_gather_single
 from parity.torch_impl.torch_compat import funcol_reduce_scatter_single
 
@@ -107,3 +116,10 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
     if plan.mean:
         out = out / plan.group.size
     return _wrap(out, plan)
+
+
+@substitute_in_graph(distribute.all_gather_variable)
+def all_gather_variable(x: Any) -> DTensor:
+    """``distribute.all_gather_variable`` under dynamo (module docstring)."""
+    x = resolve_pending(distribute.require_dtensor(x, "all_gather_variable"))
+    return x.redistribute(x.device_mesh, [Replicate()] * x.device_mesh.ndim)

@@ -17,6 +17,7 @@ from parity.torch_impl import state
 from parity.torch_impl.devices import device_rank
 
 # Both caches hold one generation's meshes; a new generation empties them.
+_dynamo_compiling = torch.compiler.is_dynamo_compiling  # False eagerly; dynamo folds it to True
 _cache_generation: list[object] = [None]
 _mesh_cache: dict[DeviceMesh, TorchMesh] = {}
 # id(torch mesh) -> (torch mesh, parity mesh); holding the torch mesh keeps its id unique.
@@ -50,7 +51,7 @@ def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
         cached = _mesh_cache.get(mesh)
         if cached is not None:
             return cached
-        if torch.compiler.is_dynamo_compiling():
+        if _dynamo_compiling():
             # dynamo looks a user object up in a dict by identity: compare
             # values (an equal parity mesh built elsewhere).
             for key, held in _mesh_cache.items():
@@ -76,7 +77,7 @@ def mesh_axis_names(torch_mesh: TorchMesh) -> tuple[str, ...]:
 
 def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
     """The parity mesh of a torch ``DeviceMesh`` (axis names ``dim0``... if unnamed)."""
-    if torch.compiler.is_dynamo_compiling():
+    if _dynamo_compiling():
         # Dynamo has no id() of a mesh read off a traced intermediate
         # DTensor, and ``is`` between two of its mesh variables is False;
         # it compares meshes by value (equal torch meshes: same ranks, axis

@@ -187,3 +187,37 @@ def test_a_binary_ops_inline_signature_is_the_one_signature_builds(mesh, monkeyp
                     for k, pair in zip(remembered, pairs)]
     assert remembered == expected
     assert [k[4::2] for k in remembered] == ([(1, 0), (1, 1)] if grad else [(0, 0)] * 2)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_a_unary_ops_inline_signature_is_the_one_signature_builds(mesh, monkeypatch, grad):
+    remembered = []
+    real = fast_path.remember
+    monkeypatch.setattr(fast_path, "remember", lambda key: (remembered.append(key), real(key)))
+    x = put(host((8, 16), 1), ("data", "model"), mesh, requires_grad=grad)
+    with torch.set_grad_enabled(grad), ti.jax_semantics():
+        h = torch.relu(x)  # with grad: x is a leaf that needs one, never remembered
+        torch.neg(h)
+        torch.neg(h)       # a hit: remembered once
+        operands = [h] if grad else [x, h]
+        assert len(remembered) == len(operands), remembered
+        expected = [fast_path.signature(k[0], (t,), None, False)
+                    for k, t in zip(remembered, operands)]
+    assert remembered == expected
+    assert [k[4] for k in remembered] == ([1] if grad else [0, 0])
+
+
+def test_the_signature_carries_the_innermost_scopes_defer_option(mesh, monkeypatch):
+    remembered = []
+    real = fast_path.remember
+    monkeypatch.setattr(fast_path, "remember", lambda key: (remembered.append(key), real(key)))
+    x = put(host((8, 16), 1), ("data", "model"), mesh)
+    with ti.jax_semantics():
+        x + x
+        with ti.jax_semantics(defer=True):
+            x + x
+            torch.neg(x)
+        x + x  # the defer=False key again: a hit
+        torch.neg(x)
+    assert [(k[0].__name__, k[2]) for k in remembered] == [
+        ("add", False), ("add", True), ("neg", True), ("neg", False)]

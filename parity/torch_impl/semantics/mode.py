@@ -81,6 +81,8 @@ class _State(threading.local):
 
     def set_options(self) -> None:
         self.defer = bool(self.options) and self.options[-1]["defer"]
+        if self.mode is not None:  # the mode's copy, read per op (cheaper than a local's)
+            self.mode.defer = self.defer
 
 
 _state = _State()
@@ -106,6 +108,7 @@ class JaxSemantics:
         _state.set_options()
         if _state.mode is None:
             mode = _JaxSemanticsMode()
+            mode.defer = _state.defer
             mode.__enter__()
             _state.mode = mode
         return self
@@ -176,29 +179,45 @@ _grad_enabled = torch.is_grad_enabled
 
 
 class _JaxSemanticsMode(TorchFunctionMode):
+    defer = False  # this thread's innermost scope's option (_State.set_options)
+
     @compile_support.skip_alone  # inlined when traced, never compiled op by op
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if not _is_compiling():
-            # Eager, cheapest first: a passthrough function, then a call
-            # already proven clean (fast_path), run directly. Neither ever
-            # holds a backward entry point (see _eager).
+            # Eager: a call proven clean (fast_path) or a passthrough, run
+            # directly (neither holds a backward entry point, see _eager). Ops
+            # on one or two DTensors build fast_path.signature's tuple inline
+            # (a Python call costs ~1 us here; roles as fast_path.grad_role).
+            if not kwargs:
+                n = len(args)
+                if n == 2:
+                    x, y = args
+                    if type(x) is DTensor and type(y) is DTensor:
+                        if _grad_enabled():
+                            key = (func, True, self.defer, x._spec,
+                                   (2 if x.is_leaf else 1) if x.requires_grad else 0,
+                                   y._spec, (2 if y.is_leaf else 1) if y.requires_grad else 0)
+                        else:
+                            key = (func, False, self.defer, x._spec, 0, y._spec, 0)
+                        if key in fast_path.CLEAN:
+                            return func(x, y)
+                        if func in fast_path.DIRECT:
+                            return func(x, y)
+                        return _eager(func, args, {}, key)
+                elif n == 1:
+                    x = args[0]
+                    if type(x) is DTensor:
+                        if _grad_enabled():
+                            key = (func, True, self.defer, x._spec,
+                                   (2 if x.is_leaf else 1) if x.requires_grad else 0)
+                        else:
+                            key = (func, False, self.defer, x._spec, 0)
+                        if key in fast_path.CLEAN or func in fast_path.DIRECT:
+                            return func(x)
+                        return _eager(func, args, {}, key)
             if func in fast_path.DIRECT:
                 return func(*args, **kwargs) if kwargs else func(*args)
-            if not kwargs and len(args) == 2 and type(args[0]) is DTensor \
-                    and type(args[1]) is DTensor:
-                # A binary op on two DTensors, the commonest call: its
-                # signature built inline (the same tuple fast_path.signature
-                # builds; each Python call layer costs ~1 us here).
-                x, y = args
-                if _grad_enabled():
-                    key = (func, True, _state.defer, x._spec, fast_path.grad_role(x),
-                           y._spec, fast_path.grad_role(y))
-                else:
-                    key = (func, False, _state.defer, x._spec, 0, y._spec, 0)
-                if key in fast_path.CLEAN:
-                    return func(x, y)
-                return _eager(func, args, {}, key)
-            key = fast_path.signature(func, args, kwargs, _state.defer)
+            key = fast_path.signature(func, args, kwargs, self.defer)
             if key is not None and key in fast_path.CLEAN:
                 return func(*args, **kwargs) if kwargs else func(*args)
             return _eager(func, args, kwargs or {}, key)

@@ -1,7 +1,8 @@
 """A Keras ``ModelParallel`` training step on 2 gloo ranks: parity's
 ``jit_compile=True`` step against the eager one and against the JAX
-backend's ``jit`` step on 2 CPU devices -- ratios from one run (issue 15,
-item 5).
+backend's ``jit`` step, on 2 CPU devices of one process and on 2 JAX
+processes with one CPU device each and gloo collectives (the torch ranks'
+terms) -- ratios from one run (issue 15, item 5).
 
     python -m benchmarks.keras_compiled_step [--models mlp,transformer]
         [--steps 20] [--warmup 3] [--backend inductor] [--profile]
@@ -13,7 +14,9 @@ parity_driver.py``, ``mlp:mp`` and ``transformer:mp`` on 2 devices: mesh
 Each figure is rank 0's median ``train_on_batch`` after warm-up (the first
 compiled call, timed apart, is in the warm-up). torch: one thread per rank;
 JAX: one process with 2 CPU devices (``OMP_NUM_THREADS=1``; XLA's CPU
-client may still use more threads -- the machine's cores are the budget).
+client may still use more threads -- the machine's cores are the budget),
+and 2 processes (``keras.distribution.initialize``, one device each, the
+same per-process batches as the torch ranks).
 
 ``--backend`` is the ``torch.compile`` backend Keras's compiled steps get
 (Keras passes torch's default, ``inductor``). ``--profile`` adds, for the
@@ -65,7 +68,10 @@ def _model_and_batch(driver, keras, model: str, jit: bool, rank: int, n_processe
     x, y = driver.make_data(args, 1, GLOBAL_BATCH)
     with distribution.scope():
         m = driver.build_model(args, keras)
-        m.set_weights(driver.initial_weights(m))
+        # the driver's initial_weights, reading shapes, not values (a JAX
+        # process cannot fetch a sharded weight's global value)
+        rng = np.random.default_rng(1)
+        m.set_weights([(rng.normal(size=w.shape) * 0.2).astype(w.dtype) for w in m.weights])
     if torchrun:
         rows = driver.process_rows(args, WORLD, n_processes, rank, GLOBAL_BATCH)
         x, y = x[rows], y[rows]
@@ -244,6 +250,56 @@ def jax_child(models: list[str], steps: int, warmup: int, output_layouts: bool) 
     return result
 
 
+def jax_process(models: list[str], steps: int, warmup: int, output_layouts: bool,
+                process_id: int, port: int, out: str) -> None:
+    """One of ``WORLD`` JAX processes, one CPU device each, collectives over
+    gloo (``jax_cpu_collectives_implementation``): the JAX step on the
+    torch ranks' terms (rank 0 writes the times)."""
+    os.environ["KERAS_BACKEND"] = "jax"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    import keras
+
+    keras.distribution.initialize(f"127.0.0.1:{port}", WORLD, process_id)
+    driver = _driver()
+    result = {}
+    for model in models:
+        distribution, m, x, y = _model_and_batch(driver, keras, model, True, process_id, WORLD,
+                                                 True, output_layouts)
+        with distribution.scope():
+            def step():
+                return m.train_on_batch(x, y)
+
+            result[model] = _time_steps(step, steps, warmup)
+            result[model]["loss"] = _loss(step())
+    if process_id == 0:
+        Path(out).write_text(json.dumps(result))
+
+
+def _run_jax_processes(a, extra: list[str], env: dict) -> dict:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "jax.json")
+        procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.keras_compiled_step",
+                                   "--role", "jax-process", "--process-id", str(i),
+                                   "--port", str(port), "--models", a.models,
+                                   "--steps", str(a.steps), "--warmup", str(a.warmup),
+                                   "--out", out, *extra],
+                                  env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+                 for i in range(WORLD)]
+        logs = [proc.communicate()[0] for proc in procs]
+        if any(proc.returncode for proc in procs):
+            raise SystemExit("JAX processes failed:\n" + "\n".join(log[-3000:] for log in logs))
+        return json.loads(Path(out).read_text())
+
+
 def _uptime() -> str:
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -258,7 +314,9 @@ def main() -> None:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--no-output-layouts", action="store_true",
                    help="drop the driver's .*dense.*output layouts (both sides)")
-    p.add_argument("--role", choices=["main", "torch", "jax"], default="main")
+    p.add_argument("--role", choices=["main", "torch", "jax", "jax-process"], default="main")
+    p.add_argument("--process-id", type=int)
+    p.add_argument("--port", type=int)
     p.add_argument("--out")
     a = p.parse_args()
     models = a.models.split(",")
@@ -267,6 +325,9 @@ def main() -> None:
                           not a.no_output_layouts)
     if a.role == "jax":
         return print(json.dumps(jax_child(models, a.steps, a.warmup, not a.no_output_layouts)))
+    if a.role == "jax-process":
+        return jax_process(models, a.steps, a.warmup, not a.no_output_layouts, a.process_id,
+                           a.port, a.out)
     extra = ["--no-output-layouts"] if a.no_output_layouts else []
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     load_before = _uptime()
@@ -289,11 +350,12 @@ def main() -> None:
     if jax_proc.returncode != 0:
         raise SystemExit(f"JAX child failed:\n{jax_proc.stderr[-6000:]}")
     jax_res = json.loads(jax_proc.stdout.strip().splitlines()[-1])
+    jax_mp = _run_jax_processes(a, extra, env)
     load_after = _uptime()
     rows = []
     for model in models:
         eager, compiled = torch_res[model]["eager"], torch_res[model]["compiled"]
-        jitted = jax_res[model]
+        jitted, jitted_mp = jax_res[model], jax_mp[model]
         summary = {"model": model, "world": WORLD, "backend": a.backend,
                    "output_layouts": not a.no_output_layouts,
                    "eager_s": eager["step_s"], "compiled_s": compiled["step_s"],
@@ -301,9 +363,11 @@ def main() -> None:
                    "compiled_over_eager": compiled["step_s"] / eager["step_s"],
                    "compiled_over_jax": compiled["step_s"] / jitted["step_s"],
                    "eager_over_jax": eager["step_s"] / jitted["step_s"],
+                   "jax_jit_gloo_processes_s": jitted_mp["step_s"],
+                   "compiled_over_jax_gloo_processes": compiled["step_s"] / jitted_mp["step_s"],
                    "compile_first_call_s": compiled["first_call_s"],
                    "losses": {"eager": eager["loss"], "compiled": compiled["loss"],
-                              "jax": jitted["loss"]},
+                              "jax": jitted["loss"], "jax_gloo_processes": jitted_mp["loss"]},
                    "load_before": load_before, "load_after": load_after}
         if "profile" in torch_res[model]:
             summary["profile"] = torch_res[model]["profile"]
@@ -316,7 +380,10 @@ def main() -> None:
     for s in rows:
         print(f"  {s['model']:12s} eager {s['eager_s'] * 1e3:8.2f} ms  compiled "
               f"{s['compiled_s'] * 1e3:8.2f} ms ({s['compiled_over_eager']:.2f}x eager, "
-              f"{s['compiled_over_jax']:.2f}x JAX)  JAX jit {s['jax_jit_s'] * 1e3:7.2f} ms  "
+              f"{s['compiled_over_jax']:.2f}x JAX, "
+              f"{s['compiled_over_jax_gloo_processes']:.2f}x JAX on gloo processes)  "
+              f"JAX jit {s['jax_jit_s'] * 1e3:7.2f} ms (2 devices, 1 process), "
+              f"{s['jax_jit_gloo_processes_s'] * 1e3:7.2f} ms (2 processes, gloo)  "
               f"first compiled call {s['compile_first_call_s']:.1f} s")
 
 

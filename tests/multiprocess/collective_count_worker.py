@@ -10,10 +10,13 @@ row-parallel on mesh axis ``model``, ``mean((tanh(x @ w1) @ w2 - 1) ** 2)``,
 a hand-written SGD update. With one argument ``1d`` the mesh is
 ``(world,)`` ``("model",)`` and x replicated; with ``2d`` it is
 ``(2, world // 2)`` ``("batch", "model")`` and x's rows are sharded on
-``batch`` (data and tensor parallel). The step
+``batch`` (data and tensor parallel); a second argument ``bucketed``
+compiles with inductor and ``bucket_all_reduces_fx = "all"`` instead of
+``aot_eager``. The step
 is warmed up (compiled) first; the counted step is the second call. Rank 0
-writes ``{"eager": {op: count}, "compiled": {op: count}}`` as JSON to the
-file named by ``PARITY_RESULT_FILE``.
+writes ``{"eager": {op: count}, "compiled": {op: count}}`` (and, under
+``"<run> values"``, the loss, weight sums and placements after one more
+step) as JSON to the file named by ``PARITY_RESULT_FILE``.
 """
 
 from __future__ import annotations
@@ -66,20 +69,33 @@ def count(fn, x) -> dict[str, int]:
 def main() -> None:
     ti.initialize()
     world = ti.num_processes()
-    if sys.argv[1:] == ["2d"]:
+    if sys.argv[1:2] == ["2d"]:
         mesh = parity.DeviceMesh((2, world // 2), ("batch", "model"))
         x_spec = ("batch", None)
     else:
         mesh = parity.DeviceMesh((world,), ("model",))
         x_spec = (None, None)
     x = ti.distribute_tensor(csw.host((8, 16), 0), parity.TensorLayout(x_spec, mesh))
+    backend = "aot_eager"
+    if sys.argv[2:] == ["bucketed"]:
+        # inductor with its all-reduce bucketing pass (not used by the tests;
+        # README "Compiled steps")
+        import torch._inductor.config as inductor_config
+
+        inductor_config.bucket_all_reduces_fx = "all"
+        backend = "inductor"
     results = {}
     with ti.jax_semantics():
         for name in ("eager", "compiled"):
             torch._dynamo.reset()
-            step = csw.make_step("hand", csw.make_params(mesh))
-            fn = torch.compile(step, backend="aot_eager") if name == "compiled" else step
+            params = csw.make_params(mesh)
+            step = csw.make_step("hand", params)
+            fn = torch.compile(step, backend=backend) if name == "compiled" else step
             results[name] = count(fn, x)
+            results[name + " values"] = {
+                "loss": float(fn(x).full_tensor()),
+                "weights": [p.full_tensor().sum().item() for p in params],
+                "placements": [str(p.placements) for p in params]}
     report(results, echo=True)
 
 

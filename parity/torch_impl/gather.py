@@ -103,10 +103,15 @@ def merged_redistribute(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     the flattened mesh of the mesh dims that shard ``x`` visible to DTensor
     for that one call, so that it merges its all_gathers into one where it
     can (torch looks flattened meshes up by layout). Not when either side
-    holds a strided shard: torch's merge asserts on those."""
+    holds a strided shard: torch's merge asserts on those. Not while dynamo
+    traces: creating a flattened mesh runs tensor ops on the mesh's rank
+    tensor, which fail under fake tensors ("RuntimeError when making fake
+    tensor call"); the traced graph then gathers one mesh dim at a time
+    (same values and placements)."""
     dims = sharding_mesh_dims(x)
     placements = tuple(placements)
-    if len(dims) < 2 or _strided(x.placements) or _strided(placements):
+    if (len(dims) < 2 or _strided(x.placements) or _strided(placements)
+            or torch.compiler.is_dynamo_compiling()):
         return x.redistribute(x.device_mesh, placements)
     with _registered(x.device_mesh, dims):
         return x.redistribute(x.device_mesh, placements)

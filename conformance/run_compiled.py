@@ -69,9 +69,19 @@ _COMPILER_PATHS = tuple(f"/{m.replace('.', '/')}/" for m in _COMPILER_MODULES)
 def _from_compiler(err: BaseException) -> bool:
     """Whether ``err`` is the compiler's: its class lives in the compiler's
     modules, or the frame that raised it does (e.g. AOTAutograd's backward
-    checking a tangent's metadata)."""
+    checking a tangent's metadata), or it is a mode's missing rule for a
+    higher-order operator -- which only compiled programs call (e.g.
+    ``with_effects``, AOTAutograd's wrapper of an op with side effects such
+    as linalg's error checks, which simulated ranks' ``LocalTensorMode``
+    cannot run)."""
     if type(err).__module__.startswith(_COMPILER_MODULES):
         return True
+    text = str(err)
+    if (isinstance(err, NotImplementedError)
+            and text.startswith("There was no rule registered for HigherOrderOperator")):
+        return True
+    if isinstance(err, TypeError) and "no implementation found for 'torch.ops.higher_order." in text:
+        return True  # the same, when a torch function mode is asked first
     tb = err.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next

@@ -151,6 +151,31 @@ def test_an_error_raised_outside_the_compiler_is_an_op_error():
         assert compile_failure(err) is None
 
 
+def test_a_compiled_graph_whose_higher_order_op_no_mode_can_run_is_a_compile_error():
+    # AOTAutograd wraps linalg's error checks in with_effects; simulated
+    # ranks' LocalTensorMode has no rule for it (cholesky, inv, solve).
+    from conformance.run_compiled import compile_failure
+
+    for err in (NotImplementedError("There was no rule registered for HigherOrderOperator "
+                                    "with_effects and mode <LocalTensorMode>."),
+                TypeError("no implementation found for 'torch.ops.higher_order.with_effects' "
+                          "on types that implement __torch_function__: [] nor in mode <M>")):
+        try:
+            raise err
+        except (NotImplementedError, TypeError) as raised:
+            record = compile_failure(raised)
+        assert record["category"] == "compile", record
+
+
+def test_a_type_error_of_an_op_is_still_an_op_error():
+    from conformance.run_compiled import compile_failure
+
+    try:
+        raise TypeError("no implementation found for 'torch.ops.aten.add' on types [T]")
+    except TypeError as err:
+        assert compile_failure(err) is None
+
+
 def test_conformance_with_compile_adds_the_compiled_column_beside_eager(tmp_path):
     out = tmp_path / "reports"
     proc = parity_cli("conformance", "--compile", "--op", "add", "-k", "/8/div/x,_|_,x",

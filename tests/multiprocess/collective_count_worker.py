@@ -54,16 +54,21 @@ def collective_name(event_name: str) -> str | None:
     return COLLECTIVES.get(op)
 
 
-def count(fn, x) -> dict[str, int]:
-    fn(x)  # warm-up: compiles, fills the caches
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn(x)
+def collectives_in(prof) -> dict[str, int]:
+    """The collectives a profiler recorded, counted by name."""
     found = Counter()
     for event in prof.events():
         name = collective_name(event.name)
         if name is not None:
             found[name] += 1
     return dict(found)
+
+
+def count(fn, x) -> dict[str, int]:
+    fn(x)  # warm-up: compiles, fills the caches
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn(x)
+    return collectives_in(prof)
 
 
 def main() -> None:

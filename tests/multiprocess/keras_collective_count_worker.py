@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,7 +25,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "keras_support"))
 
 import parity_driver  # noqa: E402
-from collective_count_worker import collective_name  # noqa: E402
+from collective_count_worker import collectives_in  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 GLOBAL_BATCH = 16
@@ -46,12 +45,7 @@ def count_step(keras, model_name: str, world: int, rank: int) -> dict[str, int]:
             model.train_on_batch(x[rows], y[rows])
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             model.train_on_batch(x[rows], y[rows])
-    found = Counter()
-    for event in prof.events():
-        name = collective_name(event.name)
-        if name is not None:
-            found[name] += 1
-    return dict(found)
+    return collectives_in(prof)
 
 
 def main() -> None:

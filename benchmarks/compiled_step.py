@@ -97,53 +97,23 @@ def jax_child(world: int, steps: int, warmup: int) -> dict:
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={world}"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
-    import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import Mesh
 
     mesh = Mesh(np.array(jax.devices()[:world]), ("model",))
-    weights = (NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("model", None)))
-
-    def loss_fn(p, x):
-        return jnp.mean((jnp.tanh(x @ p[0]) @ p[1] - 1) ** 2)
-
-    @jax.jit
-    def step(p, x):
-        loss, g = jax.value_and_grad(loss_fn)(p, x)
-        return loss, tuple(w - LR * gw for w, gw in zip(p, g))
-
-    x = jax.device_put(host((BATCH, FEATURES), 0), NamedSharding(mesh, P()))
-    state = {"p": (jax.device_put(host((FEATURES, HIDDEN), 1), weights[0]),
-                   jax.device_put(host((HIDDEN, OUT), 2), weights[1]))}
-
-    def run():
-        loss, state["p"] = step(state["p"], x)
-        loss.block_until_ready()
-
-    return {"step_s": _median_step(run, steps, warmup)}
+    return {"step_s": _median_step(_jax_step(mesh, jax.device_put), steps, warmup)}
 
 
-def jax_process(steps: int, warmup: int, world: int, process_id: int, port: int,
-                out: str) -> None:
-    """One of ``world`` JAX processes, one CPU device each, collectives over
-    gloo: ``jax.jit`` of the same step on the torch ranks' terms (process 0
-    writes its time)."""
-    os.environ["JAX_PLATFORMS"] = "cpu"
+def _jax_step(mesh, put):
+    """One jitted training step of the tensor-parallel MLP on ``mesh``
+    (``model`` axis), its arrays placed by ``put(value, sharding)``: a
+    function that runs it and waits."""
     import jax
-
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=world, process_id=process_id)
     import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    mesh = Mesh(np.array(jax.devices()), ("model",))
     weights = (NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("model", None)))
-
-    def put(value, sharding):
-        return jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])
 
     def loss_fn(p, x):
         return jnp.mean((jnp.tanh(x @ p[0]) @ p[1] - 1) ** 2)
@@ -161,7 +131,28 @@ def jax_process(steps: int, warmup: int, world: int, process_id: int, port: int,
         loss, state["p"] = step(state["p"], x)
         loss.block_until_ready()
 
-    result = {"step_s": _median_step(run, steps, warmup)}
+    return run
+
+
+def jax_process(steps: int, warmup: int, world: int, process_id: int, port: int,
+                out: str) -> None:
+    """One of ``world`` JAX processes, one CPU device each, collectives over
+    gloo: ``jax.jit`` of the same step on the torch ranks' terms (process 0
+    writes its time)."""
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=world, process_id=process_id)
+    import numpy as np
+    from jax.sharding import Mesh
+
+    mesh = Mesh(np.array(jax.devices()), ("model",))
+
+    def put(value, sharding):  # each process holds only its own shards
+        return jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])
+
+    result = {"step_s": _median_step(_jax_step(mesh, put), steps, warmup)}
     if process_id == 0:
         Path(out).write_text(json.dumps(result))
 

@@ -199,9 +199,7 @@ class _JaxSemanticsMode(TorchFunctionMode):
                                    y._spec, (2 if y.is_leaf else 1) if y.requires_grad else 0)
                         else:
                             key = (func, False, self.defer, x._spec, 0, y._spec, 0)
-                        if key in fast_path.CLEAN:
-                            return func(x, y)
-                        if func in fast_path.DIRECT:
+                        if key in fast_path.CLEAN or func in fast_path.DIRECT:
                             return func(x, y)
                         return _eager(func, args, {}, key)
                 elif n == 1:

@@ -132,14 +132,19 @@ def jax_counts(mesh_kind: str) -> dict[str, dict[str, int]]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def parity_counts(mesh_kind: str, nproc: int) -> dict[str, dict[str, int]]:
+def worker_result(script: str, nproc: int, args: tuple) -> dict:
+    """What rank 0 of ``tests/multiprocess/<script>`` on ``nproc`` gloo ranks reports."""
     from torchrun import run_torchrun
 
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
-        run_torchrun("collective_count_worker.py", nproc=nproc, timeout=600, args=(mesh_kind,),
+        run_torchrun(script, nproc=nproc, timeout=600, args=args,
                      env={"PARITY_RESULT_FILE": str(result)})
         return json.loads(result.read_text())
+
+
+def parity_counts(mesh_kind: str, nproc: int) -> dict[str, dict[str, int]]:
+    return worker_result("collective_count_worker.py", nproc, (mesh_kind,))
 
 
 def start_jax_keras_counts(models: tuple[str, ...], dump: str) -> subprocess.Popen:
@@ -158,13 +163,7 @@ def jax_keras_counts(proc: subprocess.Popen) -> dict[str, dict[str, dict[str, in
 
 
 def parity_keras_counts(models: tuple[str, ...]) -> dict[str, dict[str, int]]:
-    from torchrun import run_torchrun
-
-    with tempfile.TemporaryDirectory() as tmp:
-        result = Path(tmp) / "result.json"
-        run_torchrun("keras_collective_count_worker.py", nproc=2, timeout=600, args=models,
-                     env={"PARITY_RESULT_FILE": str(result)})
-        return json.loads(result.read_text())
+    return worker_result("keras_collective_count_worker.py", 2, models)
 
 
 def test_hlo_collectives_counts_a_combined_all_reduce_by_its_operands():
@@ -203,13 +202,6 @@ def test_data_and_tensor_parallel_mlp_step_reduces_what_jax_reduces_in_more_laun
         assert got[run] == {"all-reduce": jax["all-reduce"]["operands"]}, (run, got[run])
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "keras":
-        print(json.dumps(keras_jax_counts(sys.argv[2:])))
-    else:
-        print(json.dumps(hlo_collectives(jax_step_hlo(sys.argv[1]))))
-
-
 def launches(counts: dict) -> int:
     """Collective launches in ``{kind: n}`` (parity) or ``{kind: {"launches": n, ...}}`` (HLO)."""
     return sum(v["launches"] if isinstance(v, dict) else v for v in counts.values())
@@ -246,3 +238,10 @@ def test_keras_model_parallel_train_steps_launch_no_more_collectives_than_jax():
                    "transformer": {"all-gather": 11, "all-reduce": 3, "reduce-scatter": 4}}, got
     for model in models:
         assert launches(got[model]) <= launches(jax[model]), (model, got[model], jax[model])
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "keras":
+        print(json.dumps(keras_jax_counts(sys.argv[2:])))
+    else:
+        print(json.dumps(hlo_collectives(jax_step_hlo(sys.argv[1]))))

@@ -105,6 +105,62 @@ def test_a_donated_block_viewed_elsewhere_is_not_reused():
     assert out == {"reused": False}
 
 
+def test_a_donated_block_an_autograd_graph_saved_is_not_overwritten():
+    # mul saves its operand for the backward; overwriting the block would
+    # silently change the gradient.
+    out = run("""
+        x = fresh()
+        w = torch.full((1024,), 2.0, requires_grad=True)
+        loc = x.to_local()                  # grad off: x's block itself
+        with torch.enable_grad():
+            h = loc * w                     # saves the block for w's gradient
+        expected = loc.clone()
+        del loc
+        address = ptr(x)
+        y = ti.all_gather(x, 0, "x", donate=True)
+        y.to_local().fill_(7.0)
+        z = ti.reduce_scatter(y, 0, "x")    # an output of the donated block's size
+        with torch.enable_grad():
+            h.sum().backward()
+        out = {"reused": ptr(z) == address, "grad_ok": bool(torch.equal(w.grad, expected))}
+    """)
+    assert out == {"reused": False, "grad_ok": True}
+
+
+def test_a_donated_block_that_is_not_contiguous_is_not_kept():
+    out = run("""
+        x = ti.all_gather(block(256), 0, "x")
+        t = x.to_local()
+        strided = torch.empty_strided((1024,), (2,)).copy_(t)   # its own storage, stride 2
+        x = torch.distributed.tensor.DTensor.from_local(strided, x.device_mesh, x.placements,
+                                                         run_check=False)
+        address = ptr(x)
+        del t, strided
+        y = ti.all_gather(x, 0, "x", donate=True)
+        z = ti.reduce_scatter(y, 0, "x")    # an output of the donated block's size
+        out = {"reused": ptr(z) == address, "contiguous": z.to_local().is_contiguous()}
+    """)
+    assert out == {"reused": False, "contiguous": True}
+
+
+def test_a_plan_found_by_identity_still_refuses_a_bool_axis_and_an_unknown_op():
+    out = run("""
+        x = fresh()
+        ti.all_gather(x, 0, "x")
+        ti.all_reduce(x, "sum", axis_name="x")
+        refused = []
+        for call in (lambda: ti.all_gather(x, False, "x"),
+                     lambda: ti.all_reduce(x, "prod", axis_name="x"),
+                     lambda: ti.all_gather(x, 0, "y")):
+            try:
+                call()
+            except parity.LayoutError:
+                refused.append(True)
+        out = {"refused": len(refused)}
+    """)
+    assert out == {"refused": 3}
+
+
 def test_kept_blocks_are_bounded_and_released():
     out = run("""
         for n in range(4, 4 + 2 * donation.POOL_SIZE):

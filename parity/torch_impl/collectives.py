@@ -44,6 +44,8 @@ from parity.torch_impl.meshes import mesh_axis_names
 from parity.torch_impl.tensors import global_shape_from_local, resolve_pending, result_spec
 from parity.torch_impl.tensors import spec_of
 
+_grad_enabled = torch.is_grad_enabled
+
 
 class _Plan:
     """What one (input spec, collective, op, axis name, axis) needs per call."""
@@ -78,7 +80,8 @@ class _Plan:
 
     def donate(self, x: DTensor, keep: bool) -> None:
         """Invalidate ``x``, donated to this collective; ``keep``: its block
-        may serve a later output (``donation.donate_block``)."""
+        is contiguous and may serve a later output of its size
+        (``donation.donate_block``, keyed by this plan's input block)."""
         if self.marker is None:
             self.marker = DonatedTensor(x._local_tensor, self.kind)
         if keep and self.group.direct:
@@ -98,6 +101,15 @@ class _Plan:
 # an id is not reused while its plan lives.
 _plans: dict[tuple, _Plan] = {}
 _MAX_PLANS = 4096
+# Per collective: id(spec) -> (spec, op, axis name, axis, plan), for the
+# specs seen last, found by identity before ``_plans`` (whose key hashes the
+# spec with DTensorSpec's Python ``__hash__``). A collective's result carries
+# its plan's ``out_spec`` object, so a loop of collectives hits here. The
+# entry holds its spec: the id is not reused while it lives. The arguments
+# are compared with ``is`` (exact: ``True`` is not ``1``); an equal but
+# distinct string takes ``_plans``.
+_by_identity: dict[str, dict[int, tuple]] = {
+    "all_reduce": {}, "all_gather": {}, "reduce_scatter": {}}
 
 
 def _build_plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
@@ -152,7 +164,7 @@ def _plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
 def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTensor, _Plan]:
     if type(x) is not DTensor or type(x._local_tensor) is DonatedTensor:
         x = require_dtensor(x, kind)  # raises unless a DTensor (or its Parameter)
-    if torch.is_grad_enabled() and x.requires_grad:
+    if x.requires_grad and _grad_enabled():
         # A gradient through these would be wrong (DTensor's from_local and
         # the collective's own backward each count the replicas), and a
         # detached result would silently drop x's share of the gradient.
@@ -162,10 +174,19 @@ def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTe
             "torch.no_grad() or on x.detach(); for a differentiable reduction use "
             "ops under jax_semantics() (e.g. x.sum(dim) over a sharded dim)."
         )
+    spec = x._spec
+    seen = _by_identity[kind]
+    hit = seen.get(id(spec))
+    if (hit is not None and hit[0] is spec and hit[1] is op and hit[2] is axis_name
+            and hit[3] is axis):
+        return x, hit[4]
     plan = _plan(x, kind, op, axis_name, axis)
     if plan.pending:
         x = resolve_pending(x)
-        plan = _plan(x, kind, op, axis_name, axis)
+        return x, _plan(x, kind, op, axis_name, axis)
+    if len(seen) >= _MAX_PLANS:
+        seen.clear()
+    seen[id(spec)] = (spec, op, axis_name, axis, plan)
     return x, plan
 
 
@@ -219,22 +240,25 @@ def all_gather(x: Any, axis: int, axis_name: str, *, donate: bool = False) -> DT
     ``DonatedArrayError`` for a donated ``x``.
     """
     x, plan = _prepare(x, "all_gather", "sum", axis_name, axis)
-    local = x._local_tensor
+    block = x._local_tensor
     call = plan.call
     if call is not None and not COALESCING:
-        local = local.contiguous()
+        local = block.contiguous()
         out = take_key(plan.out_key) if kept_blocks else None
         if out is None:
             out = local.new_empty(*plan.out_dims)
         work = call[0](call[1], out, local, call[2])
         if work is not None:
             work.wait()
+        keep = local is block  # contiguous: its own buffer
     else:
+        local = block
         out = all_gather_block(local, plan.axis, plan.group, plan.output_buffer(local),
                                plan.out_dims)
-    del local  # a donated block is kept only when nothing else refers to it
+        keep = block.is_contiguous()
+    del local, block  # a donated block is kept only when nothing else refers to it
     if donate:
-        plan.donate(x, keep=True)
+        plan.donate(x, keep)
     return DTensor.__new__(DTensor, out, plan.out_spec, requires_grad=False)
 
 
@@ -252,10 +276,10 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
     the axis size, ``DonatedArrayError`` for a donated ``x``.
     """
     x, plan = _prepare(x, "reduce_scatter", op, axis_name, axis)
-    local = x._local_tensor
+    block = x._local_tensor
     call = plan.call
     if call is not None and not COALESCING:
-        local = local.contiguous()
+        local = block.contiguous()
         out = take_key(plan.out_key) if kept_blocks else None
         if out is None:
             out = local.new_empty(*plan.out_dims)
@@ -264,12 +288,13 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
             work.wait()
         if plan.mean:
             out.div_(plan.group.size)
+        keep = local is block  # contiguous: its own buffer
     else:
-        if plan.to_float:
-            local = local.to(torch.float32)
+        local = block.to(torch.float32) if plan.to_float else block
         out = reduce_scatter_block(local, op, plan.axis, plan.group, plan.output_buffer(local),
                                    plan.out_dims)
-    del local  # a donated block is kept only when nothing else refers to it
+        keep = local is block and block.is_contiguous()
+    del local, block  # a donated block is kept only when nothing else refers to it
     if donate:
-        plan.donate(x, keep=True)
+        plan.donate(x, keep)
     return DTensor.__new__(DTensor, out, plan.out_spec, requires_grad=False)

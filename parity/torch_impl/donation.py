@@ -12,9 +12,9 @@ can see it, for a later collective's output of the same shape and dtype
 turn, as in a sharded training step -- then allocates nothing, as the raw
 calls into preallocated outputs do. "Nothing else can see it", checked
 when the block is taken: no other reference to the block (``x.to_local()``
-held by the caller; a C++ owner such as a process group's work) and no
-other tensor on its storage (a view, or the block a view of a larger
-buffer). Not checked at donation: the process group's finished work
+held by the caller; a C++ owner such as a process group's work or an
+autograd graph that saved it) and no other tensor on its storage (a view,
+or the block a view of a larger buffer). Not checked at donation: the process group's finished work
 (gloo's all_gather keeps its input tensor until its worker thread lets
 the work go) still holds the block when the collective returns, and
 whatever holds it then but no longer at ``take`` cannot see the new values.
@@ -92,53 +92,44 @@ _UNSHARED_STORAGE_USES = 2
 _storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
-def donate_block(x: DTensor, marker: DonatedTensor, key: tuple | None = None) -> None:
-    """Invalidate ``x`` (see ``invalidate``) and keep its local block, when
-    it is a plain tensor and no view, for a later ``take`` (which checks
-    that nothing else can see it, see the module docstring).
-    ``key``: the block's (shape, dtype, device) when the caller knows them
-    (a collective's plan; reading ``device`` costs about a microsecond);
-    only its dtype and device are trusted, the shape is checked."""
+def donate_block(x: DTensor, marker: DonatedTensor, key: tuple) -> None:
+    """Invalidate ``x`` (see ``invalidate``) and keep its local block, a
+    plain tensor, for a later ``take`` (which checks that nothing else can
+    see it, see the module docstring). ``key``: the block's (shape, dtype,
+    device), from the caller, who vouches that the block is contiguous
+    and of that shape (a collective's plan: the local shape a spec gives
+    on this rank); reading them here costs more than the rest."""
     local = x._local_tensor
     x._local_tensor = marker
-    if type(local) is not torch.Tensor or local._base is not None:
+    if type(local) is not torch.Tensor:
         return
-    if key is None or key[0] != local.shape:
-        key = (local.shape, local.dtype, local.device)
-    _pool.pop(key, None)
-    if len(_pool) >= POOL_SIZE:
+    if len(_pool) >= POOL_SIZE and key not in _pool:
         del _pool[next(iter(_pool))]
     _pool[key] = local
-
-
-def _sole_tensor_on_storage(t: torch.Tensor) -> bool:
-    if _storage_use_count is None:
-        return False
-    if not t.is_contiguous() or t.storage_offset() != 0:
-        return False
-    storage = t.untyped_storage()
-    return (storage.nbytes() == t.numel() * t.element_size()
-            and _storage_use_count(storage._cdata) == _UNSHARED_STORAGE_USES)
 
 
 def take(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
     """A kept donated block of this shape, dtype and device (no longer
     kept), or ``None``: also when something else can still see it (the
-    block is then dropped). Its version counter is bumped: an
-    autograd graph that saved it raises instead of reading the new
-    values."""
+    block is then dropped): a Python reference, a C++ owner (a process
+    group's work, DLPack, an autograd graph that saved the block itself),
+    another tensor on its storage (a view holds its base; ``set_``, an
+    autograd graph that saved an output keep the storage). So a saved
+    block is never overwritten under its graph."""
     return take_key((shape, dtype, device))
 
 
 def take_key(key: tuple) -> torch.Tensor | None:
     """``take(*key)``, for callers that hold the key."""
     block = _pool.pop(key, None)
-    if block is None:
+    if block is None or _storage_use_count is None:
         return None
-    # References to ``block`` now: this frame's and getrefcount's argument.
-    if sys.getrefcount(block) > 2 or not _sole_tensor_on_storage(block):
+    # References to ``block`` now: this frame's and getrefcount's argument;
+    # its TensorImpl: the Python object's; its storage: block's and the
+    # Python storage object's.
+    if (sys.getrefcount(block) > 2 or block._use_count() != 1
+            or _storage_use_count(block.untyped_storage()._cdata) != _UNSHARED_STORAGE_USES):
         return None  # dropped: something else can still see it
-    torch.autograd.graph.increment_version(block)
     return block
 
 

@@ -135,3 +135,21 @@ def test_all_gather_variable_compiles_to_the_eager_result(sim8):
     got, want = _compiled(sim8.all_gather_variable)(x), sim8.all_gather_variable(x)
     _same(sim8, got, want)
     assert sim8.describe(got).spec == ((), ())
+
+
+def test_tracing_parity_warns_nothing_about_its_caches(sim8):
+    # Parity's lru_caches wrap pure functions of hashable arguments; dynamo
+    # would warn once per call site that it traces through them, and those
+    # warnings used to fill what a failing torchrun test prints.
+    import warnings
+
+    from torch._dynamo import utils as dynamo_utils
+
+    dynamo_utils.warn_once_cache.clear()
+    x = _x(sim8, ("model", None))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with sim8.jax_semantics():
+            got = _compiled(lambda a: torch.prod(a, dim=0) + a.sum(0))(x)
+    assert sim8.describe(got).spec is not None
+    assert [str(w.message)[:120] for w in seen if "lru_cache" in str(w.message)] == []

@@ -16,6 +16,7 @@ from parity.layout import Spec, TensorLayout
 from parity.mesh import DeviceMesh
 from parity.torch_impl import meshes, state
 from parity.torch_impl.placements import to_placements, to_spec
+from parity.torch_impl.torch_compat import traced_through
 
 
 def as_host_tensor(x: Any) -> torch.Tensor:
@@ -72,6 +73,7 @@ def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
+@traced_through  # pure: dynamo may trace the function itself
 @functools.lru_cache(maxsize=8192)
 def _cached_spec(placements: tuple, ndim: int, mesh_shape: tuple, names: tuple):
     return to_spec(placements, ndim, mesh_shape, names)
@@ -117,6 +119,7 @@ def result_spec(torch_mesh: Any, spec: Spec, global_shape: Sequence[int], dtype:
                         tuple(int(n) for n in global_shape), dtype)
 
 
+@traced_through  # pure: dynamo may trace the function itself
 @functools.lru_cache(maxsize=4096)
 def _result_spec(generation: object, torch_mesh: Any, spec: Spec, global_shape: tuple[int, ...],
                  dtype):

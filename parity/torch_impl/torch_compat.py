@@ -6,6 +6,9 @@ Each name here is torch's own where this torch has it, else an equivalent:
 * ``rank_map``, ``maybe_disable_local_tensor_mode``: in
   ``torch.distributed._local_tensor`` since 2.13; built on ``LocalTensor``
   before.
+* ``traced_through``: torch's private allow-list of ``lru_cache``
+  wrappers dynamo may trace through without a warning (2.13 and 2.14 have
+  it; without it dynamo warns as before).
 * the single-tensor collectives: torch 2.13 renamed ``*_into_tensor`` /
   ``*_tensor`` to ``*_single`` (the old names are deprecated there).
   ``dist_all_gather_single`` and ``dist_reduce_scatter_single`` are what a
@@ -78,3 +81,16 @@ def flatten_registry(mesh) -> dict | None:
     no such registry on the mesh (and merges no collectives)."""
     registry = getattr(mesh._get_root_mesh(), "_flatten_mapping", None)
     return registry if isinstance(registry, dict) else None
+
+
+def traced_through(cached: Callable) -> Callable:
+    """Tell dynamo that tracing through ``cached`` -- a ``functools.lru_cache``
+    of a pure function of hashable arguments -- is safe: dynamo ignores the
+    cache and traces the function, which gives the cached value; without
+    this it warns once per call site it traces. Returns ``cached``."""
+    import torch._dynamo.utils as dynamo_utils
+
+    allow = getattr(dynamo_utils, "allow_lru_cache_wrapper_trace_without_warning", None)
+    if allow is not None:
+        allow(cached)
+    return cached

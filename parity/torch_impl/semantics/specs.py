@@ -17,10 +17,12 @@ from parity import sharding_rules as R
 from parity.errors import LayoutError
 from parity.layout import Spec
 from parity.torch_impl.placements import to_placements
+from parity.torch_impl.torch_compat import traced_through
 from parity.torch_impl.meshes import mesh_axis_names
 from parity.torch_impl.tensors import spec_of as spec_of_dtensor
 
 
+@traced_through  # pure: dynamo may trace the function itself
 @functools.lru_cache(maxsize=8192)
 def _to_placements(spec, mesh_shape, names):
     return to_placements(spec, mesh_shape, names)

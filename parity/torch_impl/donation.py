@@ -90,6 +90,8 @@ kept_blocks = _pool
 # One tensor on the storage, plus the Python storage object asked for the count.
 _UNSHARED_STORAGE_USES = 2
 _storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
+# Whether this torch lets ``take`` prove a block unseen (else nothing is reused).
+_CAN_CHECK = _storage_use_count is not None and hasattr(torch.Tensor, "_use_count")
 
 
 def donate_block(x: DTensor, marker: DonatedTensor, key: tuple) -> None:
@@ -122,7 +124,7 @@ def take(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.T
 def take_key(key: tuple) -> torch.Tensor | None:
     """``take(*key)``, for callers that hold the key."""
     block = _pool.pop(key, None)
-    if block is None or _storage_use_count is None:
+    if block is None or not _CAN_CHECK:
         return None
     # References to ``block`` now: this frame's and getrefcount's argument;
     # its TensorImpl: the Python object's; its storage: block's and the

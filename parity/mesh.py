@@ -129,13 +129,12 @@ class DeviceMesh:
 
     def axis_index(self, name: str) -> int:
         """Position of mesh axis ``name``; ``LayoutError`` if it is not an axis."""
-        try:
-            return self._axis_names.index(name)
-        except ValueError:
+        if name not in self._axis_names:
             raise LayoutError(
                 f"Mesh axis {name!r} is not in the mesh; its axes are "
                 f"{self._axis_names} with shape {self._shape}."
-            ) from None
+            )
+        return self._axis_names.index(name)
 
     def __eq__(self, other: object) -> bool:
         if self is other:

@@ -6,15 +6,16 @@ of the same shape and dtype that raises ``DonatedArrayError`` on any use
 is never read silently.
 
 A donated block that cannot hold the call's own result (``all_gather``'s
-output is larger, ``reduce_scatter``'s smaller) is kept, when nothing else
-can see it, for a later collective's output of the same shape and dtype
-(``take``): a loop of donating collectives -- a gather and a scatter in
-turn, as in a sharded training step -- then allocates nothing, as the raw
-calls into preallocated outputs do. "Nothing else can see it", checked
-when the block is taken: no other reference to the block (``x.to_local()``
-held by the caller; a C++ owner such as a process group's work or an
-autograd graph that saved it) and no other tensor on its storage (a view,
-or the block a view of a larger buffer). Not checked at donation: the process group's finished work
+output is larger, ``reduce_scatter``'s smaller) is kept, when it is
+contiguous and nothing else can see it, for a later collective's output
+of the same shape and dtype (``take``): a loop of donating collectives --
+a gather and a scatter in turn, as in a sharded training step -- then
+allocates nothing, as the raw calls into preallocated outputs do.
+"Nothing else can see it", checked when the block is taken: no other
+reference to the block (``x.to_local()`` held by the caller; a C++ owner
+such as a process group's work or an autograd graph that saved it) and
+no other tensor on its storage (a view, or the block a view of a larger
+buffer). Not checked at donation: the process group's finished work
 (gloo's all_gather keeps its input tensor until its worker thread lets
 the work go) still holds the block when the collective returns, and
 whatever holds it then but no longer at ``take`` cannot see the new values.

@@ -58,10 +58,9 @@ class KerasModules:
     modules: dict
 
     def __getattr__(self, key: str) -> types.ModuleType:
-        try:
-            return self.modules[key]
-        except KeyError:
-            raise AttributeError(key) from None
+        if key not in self.modules:
+            raise AttributeError(key)
+        return self.modules[key]
 
 
 def _keras_version() -> str:

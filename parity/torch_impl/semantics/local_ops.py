@@ -18,6 +18,12 @@ When a gradient is needed it runs on each rank's full copy
 ``scaled_dot_product_attention`` runs on each rank's (batch, head) block
 (``semantics.attention``).
 
+``matmul`` of a vector by a matrix or a batch (``v @ m``, 1-D first
+operand) runs as ``(v.unsqueeze(0) @ m).squeeze(-2)``: DTensor's own
+(torch 2.13) gives a DTensor whose global shape keeps the vector's
+inserted dim (``[1, n]`` over ``[n]`` blocks), found by PyTorch's OpInfo
+samples (``parity run --source opinfo --full --op matmul``).
+
 Two ops run without DTensor's strategy search for them, which takes
 minutes (over the 60 s a conformance case gets):
 
@@ -52,7 +58,9 @@ from parity.torch_impl.semantics import specs as S
 from parity.torch_impl.tensors import contiguous_stride, from_local_blocks
 
 LOCAL_REDUCTIONS = frozenset({"prod", "__getitem__", "scaled_dot_product_attention", "tensordot",
-                              "_batch_norm_with_update", "_batch_norm_with_update.default"})
+                              "_batch_norm_with_update", "_batch_norm_with_update.default",
+                              "matmul", "__matmul__", "__rmatmul__"})
+_MATMULS = frozenset({torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__})
 _BATCH_NORM_WITH_UPDATE = (torch.ops.aten._batch_norm_with_update,
                            torch.ops.aten._batch_norm_with_update.default)
 
@@ -74,6 +82,10 @@ def run_local_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
         return _tensordot_local(args, kwargs)
     if any(func is f for f in _BATCH_NORM_WITH_UPDATE):
         return _batch_norm_with_update(args, kwargs)
+    if func in _MATMULS:
+        return _vector_matmul(args, kwargs)
+    if func is torch.Tensor.__rmatmul__:
+        return _vector_matmul(args[::-1], kwargs)
     x = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     if not isinstance(x, DTensor) or not isinstance(dim, int):
@@ -152,6 +164,17 @@ def _block(x: DTensor, out_axes: set) -> torch.Tensor:
     names = meshes.mesh_axis_names(x.device_mesh)
     return x.to_local(grad_placements=[Partial() if name in split else p
                                        for name, p in zip(names, x.placements)])
+
+
+def _vector_matmul(args: tuple, kwargs: dict) -> Any:
+    """``v @ m`` for a 1-D ``v`` and an ``m`` of 2 dims or more, through a
+    row matrix (see the module docstring); ``None`` for any other call."""
+    if kwargs or len(args) != 2 or not all(isinstance(t, DTensor) for t in args):
+        return None  # out=, or a plain operand: the usual way
+    v, m = args
+    if v.ndim != 1 or m.ndim < 2:
+        return None
+    return torch.matmul(v.unsqueeze(0), m).squeeze(-2)
 
 
 def _batch_norm_with_update(args: tuple, kwargs: dict) -> Any:

@@ -38,27 +38,38 @@ def meshes(shape=(2, 4), names=("data", "model")):
     )
 
 
+# The one error JAX's explicit mode raises when an op's output sharding is
+# ambiguous (a contraction over a sharded dim, conflicting operand shardings,
+# a slice of a sharded dim): matched by type, nothing else is caught.
+from jax._src.core import ShardingTypeError  # noqa: E402
+
+
 def jax_placement(fn, arrays, layouts, mesh):
-    """JAX's output placement (explicit axis types) and value, or
-    ``(None, value)`` where explicit mode refuses the op (auto mode's value)."""
-    jmesh = jax_ref.to_jax_mesh(mesh)
+    """JAX's output placement and value: the explicit-axes (sharding in
+    types, normative) answer, or, where explicit mode refuses the op with a
+    ``ShardingTypeError``, the answer of ``jax.jit`` on a mesh of Auto axes
+    (the partitioner's choice, as Keras on JAX gets it), read from the
+    result's ``.sharding``. Any other exception propagates."""
     xs = [jax_ref.distribute_tensor(a, L(spec, mesh)) for a, spec in zip(arrays, layouts)]
     try:
-        with jax.set_mesh(jmesh):
+        with jax.set_mesh(jax_ref.to_jax_mesh(mesh)):
             out = fn(*xs)
-        return jax_ref.describe(out), jax_ref.to_numpy(out)
-    except Exception as err:  # JAX's sharding type error: ambiguous in explicit mode
-        if "Sharding" not in type(err).__name__ and "shard" not in str(err).lower():
-            raise
-    auto = parity.DeviceMesh(mesh.shape, mesh.axis_names, mesh.devices)
-    amesh = jax_ref.to_jax_mesh(auto, axis_types="auto")
-    xs = [jax.device_put(a, jax.sharding.NamedSharding(amesh, _pspec(s))) for a, s in zip(arrays, layouts)]
+    except ShardingTypeError:
+        return jax_auto_placement(fn, arrays, layouts, mesh)
+    return jax_ref.describe(out), jax_ref.to_numpy(out)
+
+
+def jax_auto_placement(fn, arrays, layouts, mesh):
+    """``jax.jit(fn)`` on a mesh whose axes are all ``AxisType.Auto``, the
+    inputs committed to ``layouts`` and the output sharding left to the
+    partitioner: its placement and value."""
+    amesh = jax_ref.to_jax_mesh(mesh, axis_types="auto")
+    assert set(amesh.axis_types) == {jax.sharding.AxisType.Auto}, amesh.axis_types
+    xs = [jax_ref.distribute_tensor(a, L(spec, mesh), axis_types="auto")
+          for a, spec in zip(arrays, layouts)]
     with jax.set_mesh(amesh):
-        return None, np.asarray(fn(*xs))
-
-
-def _pspec(spec):
-    return jax.sharding.PartitionSpec(*[n if n is None or isinstance(n, str) else tuple(n) for n in spec])
+        out = jax.jit(fn)(*xs)
+    return jax_ref.describe(out), jax_ref.to_numpy(out)
 
 
 # ---------------------------------------------------------------- mixed operands
@@ -143,7 +154,14 @@ RULE_CASES = [
     ("add-bcast", lambda a, b: a + b, lambda a, b: a + b, [(8, 16), (16,)],
      [("data", None), ("model",)]),
     ("mul-same", jnp.multiply, torch.mul, [(8, 16), (8, 16)], [("data", "model"), ("data", "model")]),
-    ("add-conflict", jnp.add, torch.add, [(8, 16), (8, 16)], [("data", None), ("model", None)]),
+    pytest.param(
+        "add-conflict", jnp.add, torch.add, [(8, 16), (8, 16)], [("data", None), ("model", None)],
+        marks=pytest.mark.xfail(
+            strict=True, raises=AssertionError,
+            reason="known divergence: JAX's explicit mode refuses the conflicting operand "
+                   "shardings and jax.jit on Auto axes replicates the sum; parity keeps the "
+                   "first operand's ('data', None)"),
+        id="add-conflict"),
     ("exp", jnp.exp, torch.exp, [(8, 16)], [(None, "model")]),
     ("sum-axis0", lambda a: jnp.sum(a, 0), lambda a: torch.sum(a, 0), [(8, 16)], [("data", "model")]),
     ("mean-keep", lambda a: jnp.mean(a, 1, keepdims=True), lambda a: torch.mean(a, 1, keepdim=True),
@@ -186,9 +204,16 @@ RULE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", RULE_CASES, ids=[c[0] for c in RULE_CASES])
-def test_output_placement_and_values_follow_jax(sim8, case):
-    _, jfn, tfn, shapes, layouts = case
+def _case_id(case):
+    return case.id if hasattr(case, "id") else case[0]
+
+
+@pytest.mark.parametrize("name, jfn, tfn, shapes, layouts", RULE_CASES,
+                         ids=[_case_id(c) for c in RULE_CASES])
+def test_output_placement_and_values_follow_jax(sim8, name, jfn, tfn, shapes, layouts):
+    # Where JAX's explicit mode refuses the op (add-conflict, matmul-contract,
+    # matmul-dup, bmm, slice-sharded), the expected placement is jax.jit's on
+    # Auto axes (jax_placement): every case checks its placement.
     jmesh, mesh = meshes()
     arrays = [host(s, i) for i, s in enumerate(shapes)]
     expected, value = jax_placement(jfn, arrays, layouts, jmesh)
@@ -198,8 +223,26 @@ def test_output_placement_and_values_follow_jax(sim8, case):
     got = ti.describe(out)
     assert got.pending == ()
     np.testing.assert_allclose(ti.to_numpy(out), value, rtol=2e-5, atol=2e-5)
-    if expected is not None:  # typed in JAX: normative
-        assert got == expected, got.differences(expected)
+    assert got == expected, got.differences(expected)
+
+
+def test_the_explicit_mode_refusals_are_answered_by_jax_auto_axes(sim8):
+    """The five cases above that JAX's explicit mode refuses get their
+    expected placement from jax.jit on Auto axes, and only those."""
+    jmesh, _ = meshes()
+    refused = []
+    for case in RULE_CASES:
+        name, jfn, _, shapes, layouts = case.values if hasattr(case, "values") else case
+        arrays = [host(s, i) for i, s in enumerate(shapes)]
+        xs = [jax_ref.distribute_tensor(a, L(spec, jmesh)) for a, spec in zip(arrays, layouts)]
+        try:
+            with jax.set_mesh(jax_ref.to_jax_mesh(jmesh)):
+                jfn(*xs)
+        except ShardingTypeError:
+            refused.append(name)
+            auto, _ = jax_auto_placement(jfn, arrays, layouts, jmesh)
+            assert auto.pending == ()
+    assert refused == ["add-conflict", "matmul-contract", "matmul-dup", "bmm", "slice-sharded"]
 
 
 def test_contraction_over_sharded_dims_completes_the_reduction(sim8):
@@ -216,8 +259,9 @@ def test_contraction_over_sharded_dims_completes_the_reduction(sim8):
 # ---------------------------------------------------------------- gradients
 
 def _grads_both(loss_jax, loss_torch, arrays, layouts):
-    """``jax.grad`` on the reference (explicit axis types; auto mode where
-    explicit calls a contraction ambiguous) and ``backward`` under parity.
+    """``jax.grad`` on the reference (explicit axis types; ``jax.jit`` on
+    Auto axes where explicit mode refuses a contraction as ambiguous) and
+    ``backward`` under parity.
 
     JAX's rule for the placement: a cotangent has its primal's sharding.
     """
@@ -227,17 +271,16 @@ def _grads_both(loss_jax, loss_torch, arrays, layouts):
         jx = [jax_ref.distribute_tensor(a, L(s, jmesh)) for a, s in zip(arrays, layouts)]
         with jax.set_mesh(jax_ref.to_jax_mesh(jmesh)):
             jgrads = jax.grad(loss_jax, argnums=argnums)(*jx)
-        jgrads = [(jax_ref.describe(g), jax_ref.to_numpy(g)) for g in jgrads]
-    except Exception as err:
-        if "Sharding" not in type(err).__name__:
-            raise
+    except ShardingTypeError:
+        # Explicit mode refuses a contraction: the gradients' placements are
+        # those jax.jit gives on Auto axes (read from each gradient's
+        # .sharding), not assumed from the inputs' layouts.
         amesh = jax_ref.to_jax_mesh(jmesh, axis_types="auto")
-        jx = [jax.device_put(a, jax.sharding.NamedSharding(amesh, _pspec(s)))
+        jx = [jax_ref.distribute_tensor(a, L(s, jmesh), axis_types="auto")
               for a, s in zip(arrays, layouts)]
         with jax.set_mesh(amesh):
-            grads = jax.jit(jax.grad(loss_jax, argnums=argnums))(*jx)
-        jgrads = [(jax_ref.describe(jax_ref.distribute_tensor(np.asarray(g), L(s, jmesh))),
-                   np.asarray(g)) for g, s in zip(grads, layouts)]
+            jgrads = jax.jit(jax.grad(loss_jax, argnums=argnums))(*jx)
+    jgrads = [(jax_ref.describe(g), jax_ref.to_numpy(g)) for g in jgrads]
     tx = [ti.distribute_variable(a, L(s, mesh)) for a, s in zip(arrays, layouts)]
     with ti.jax_semantics():
         loss_torch(*tx).backward()

@@ -17,6 +17,21 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PARITY_PROGRESS_EVERY_S=60
 step() { echo "== $1"; STEP_START=$(date +%s); }
 done_step() { echo "   $1: $(( $(date +%s) - STEP_START )) s"; }
+# wait_each NAME:PID ...: wait on every job by its pid (a bare `wait` returns
+# 0 whatever the jobs returned) and exit 1 naming each one that failed (130:
+# interrupted, its report partial).
+wait_each() {
+    local job rc failed=0
+    for job in "$@"; do
+        rc=0
+        wait "${job#*:}" || rc=$?
+        if [ "$rc" -ne 0 ]; then
+            echo "ci_versions: ${job%%:*} exited with $rc" >&2
+            failed=1
+        fi
+    done
+    [ "$failed" -eq 0 ] || exit 1
+}
 
 step "setup .venv-torch214 (torch 2.14.1 + the test dependencies)"
 if [ ! -x .venv-torch214/bin/python ]; then
@@ -67,14 +82,18 @@ LIMIT=(--timeout 300)
 step "JAX reference on jax 0.12 and on jax 0.10.2"
 PARITY_JAX_PYTHON=.venv-jax012/bin/python .venv/bin/parity run --backend jax --quiet "${LIMIT[@]}" \
     --out "$OUT/jax012.json" &
-.venv/bin/parity run --backend jax --quiet "${LIMIT[@]}" --out "$OUT/jax0102.json"
-wait
+JAX012=$!
+.venv/bin/parity run --backend jax --quiet "${LIMIT[@]}" --out "$OUT/jax0102.json" &
+JAX0102=$!
+wait_each "jax-0.12-reference:$JAX012" "jax-0.10.2-reference:$JAX0102"
 done_step "reference runs"
 
 step "parity column on torch 2.13.0 and 2.14.1"
 .venv/bin/parity run --backend torch --quiet "${LIMIT[@]}" --out "$OUT/torch213.json" &
-.venv-torch214/bin/parity run --backend torch --quiet "${LIMIT[@]}" --out "$OUT/torch214.json"
-wait
+TORCH213=$!
+.venv-torch214/bin/parity run --backend torch --quiet "${LIMIT[@]}" --out "$OUT/torch214.json" &
+TORCH214=$!
+wait_each "torch-2.13.0-parity:$TORCH213" "torch-2.14.1-parity:$TORCH214"
 done_step "candidate runs"
 
 step "semantics diffs"

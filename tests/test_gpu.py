@@ -128,6 +128,9 @@ def test_conformance_report_made_on_cuda_matches_the_cpu_reference(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.skipif(torch.cuda.device_count() < 2,
+                    reason=f"NCCL between ranks needs 2 or more GPUs (one rank per GPU); "
+                           f"this machine has {torch.cuda.device_count()}")
 def test_nccl_ranks_one_per_gpu_distribute_and_reduce():
     output = run_torchrun("nccl_worker.py", nproc=torch.cuda.device_count())
     assert "nccl: ok" in output

@@ -81,6 +81,30 @@ def max_weight_diff(a: dict, b: dict) -> float:
     return max(float(np.max(np.abs(np.asarray(a[k]) - np.asarray(b[k])))) for k in a)
 
 
+def is_layout_spec(spec) -> bool:
+    """A spec as the driver writes it: one list of mesh-axis names per dim.
+    Anything else (the driver's ``"unknown: <error>"`` when reading a
+    variable's layout failed) is not a layout."""
+    return isinstance(spec, list) and all(
+        isinstance(entry, list) and all(isinstance(axis, str) and axis for axis in entry)
+        for entry in spec)
+
+
+def layout_map_applied(specs: dict) -> bool:
+    """Every variable's layout was read, and at least one is sharded: the
+    layout map was applied, not ignored."""
+    return bool(specs) and all(is_layout_spec(s) for s in specs.values()) and any(
+        entry for spec in specs.values() for entry in spec)
+
+
+def test_the_layout_map_guard_rejects_unreadable_and_unsharded_layouts():
+    assert layout_map_applied({"dense/kernel": [[], ["model"]], "dense/bias": [["model"]]})
+    assert not layout_map_applied({"dense/kernel": "unknown: AttributeError"})
+    assert not layout_map_applied({"dense/kernel": [[], ["model"]], "dense/bias": "unknown: KeyError"})
+    assert not layout_map_applied({"dense/kernel": [[], []]})
+    assert not layout_map_applied({})
+
+
 def compare(ref: dict, got: dict, config: str) -> None:
     assert len(ref["losses"]) == len(got["losses"]) == 4
     np.testing.assert_allclose(got["losses"], ref["losses"], rtol=LOSS_RTOL)
@@ -88,10 +112,13 @@ def compare(ref: dict, got: dict, config: str) -> None:
         np.testing.assert_allclose(got["evaluate"][key], ref["evaluate"][key], rtol=LOSS_RTOL)
     np.testing.assert_allclose(got["predict"], ref["predict"], atol=WEIGHT_ATOL)
     assert max_weight_diff(ref["weights"], got["weights"]) < WEIGHT_ATOL
+    for specs in (ref["specs"], got["specs"], ref["optimizer_specs"], got["optimizer_specs"]):
+        unread = {k: v for k, v in specs.items() if not is_layout_spec(v)}
+        assert not unread, f"{config}: layouts that could not be read: {unread}"
     assert got["specs"] == ref["specs"]
     assert got["optimizer_specs"] == ref["optimizer_specs"]
     if config.endswith(":mp"):  # the layout map was applied, not ignored
-        assert any(any(entry) for spec in got["specs"].values() for entry in spec)
+        assert layout_map_applied(got["specs"]), got["specs"]
     print(config, "largest weight difference", max_weight_diff(ref["weights"], got["weights"]),
           "largest loss difference",
           float(np.max(np.abs(np.subtract(got["losses"], ref["losses"])))))

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import Row, human_bytes, human_seconds, machine, usable_cpus
+from benchmarks.common import Row, human_bytes, human_seconds, machine, provenance, usable_cpus
 
 FAMILIES = ("collectives", "ops", "memory", "per_call", "keras", "conformance", "cuda")
 
@@ -136,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - started
     info = machine()
     print_table(rows, info, seconds)
-    out = {"schema": "parity.benchmarks/1", "quick": args.quick, "machine": info, "config": cfg,
+    command = " ".join(["python -m benchmarks", *(argv if argv is not None else sys.argv[1:])])
+    out = {"schema": "parity.benchmarks/1", "provenance": provenance(command), "quick": args.quick,
+           "machine": info, "config": cfg,
            "seconds": round(seconds, 1), "rows": [r.as_json() for r in rows]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))

@@ -121,6 +121,24 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def provenance(command: str) -> dict[str, Any]:
+    """When, where and on which code a run was made (``scripts/measurements.py``
+    renders a results file only with this): the UTC date, the checkout's
+    commit (``None`` outside a git checkout), the load average, the command."""
+    import datetime
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10,
+                                check=True).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(), "commit": commit,
+            "load": f"load average {load[0]:.1f} at the end" if load else None, "command": command}
+
+
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:

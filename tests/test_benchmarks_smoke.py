@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -20,6 +21,10 @@ def test_quick_benchmarks_print_a_table_and_write_json(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["schema"] == "parity.benchmarks/1" and data["quick"] is True
     assert data["machine"]["torch"]
+    # what scripts/measurements.py needs to render the file: date, commit, command
+    prov = data["provenance"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", prov["date"]) and re.fullmatch(r"[0-9a-f]{7,40}", prov["commit"])
+    assert prov["command"] == f"python -m benchmarks --quick --out {out}"
     families = {row["family"] for row in data["rows"]}
     assert {"memory", "collectives", "keras", "conformance", "cuda"} <= families
     for row in data["rows"]:

@@ -1,0 +1,91 @@
+"""The measurement pages are generated from results files that record date,
+machine and commit (``scripts/measurements.py``): the committed pages equal
+the generated ones, every results file carries its provenance, and the
+generator refuses a file that does not."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("measurements", ROOT / "scripts" / "measurements.py")
+measurements = importlib.util.module_from_spec(_spec)
+sys.modules["measurements"] = measurements  # dataclasses look their module up there
+_spec.loader.exec_module(measurements)
+
+
+def test_the_committed_pages_are_the_generated_ones():
+    pages = measurements.render(measurements.load_all())
+    assert set(pages) == {"docs/measurements.md", "benchmarks/README.md"}
+    for page, text in pages.items():
+        assert (ROOT / page).read_text() == text, (
+            f"{page} differs from its results files: run python scripts/measurements.py")
+    assert measurements.main(["--check"]) == 0
+
+
+def test_every_table_records_date_machine_commit_and_source():
+    tables = measurements.load_all()
+    assert len(tables) >= 10
+    for t in tables:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d", t.date), t.results_file
+        assert t.machine and t.source and t.command, t.results_file
+        assert all(re.fullmatch(r"[0-9a-f]{7,40}", c) for c in t.commits), t.results_file
+        assert t.rows and all(len(r) == len(t.columns) for r in t.rows), t.results_file
+
+
+def test_each_table_on_a_page_states_its_provenance():
+    text = (ROOT / "docs" / "measurements.md").read_text()
+    for t in measurements.load_all():
+        if t.page == "docs/measurements.md":
+            block = text.split(f"### {t.title}\n", 1)[1].split("\n### ", 1)[0]
+            assert f"Measured {t.date} at {', '.join(t.commits)}" in block, t.title
+            assert f"`{t.results_file}`" in block, t.title
+
+
+GOOD = {"schema": "parity.measurement/1", "page": "docs/measurements.md", "order": 1, "title": "t",
+        "date": "2026-11-23", "machine": "m", "commit": "034bd89", "command": "c", "source": "s",
+        "columns": ["a", "b"], "rows": [[1, 2]]}
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"commit": None}, "commit"),
+    ({"commit": "HEAD"}, "commit"),
+    ({"date": "23 Nov"}, "date"),
+    ({"rows": [[1, 2, 3]]}, "row 0 has 3 cells"),
+    ({"page": "README.md"}, "page"),
+    ({"schema": "other/1"}, "schema"),
+    ({"machine": ...}, "missing ['machine']"),
+])
+def test_a_results_file_without_its_provenance_is_refused(tmp_path, change, problem):
+    data = {**GOOD, **change}
+    data = {k: v for k, v in data.items() if v is not ...}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(measurements.ResultsFileError, match=re.escape(problem)) as err:
+        measurements.load_measurement(path)
+    assert err.value.path.endswith("r.json") and problem.split()[0] in err.value.problem
+
+
+def test_a_good_results_file_renders(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(GOOD))
+    table = measurements.load_measurement(path)
+    assert table.commits == ("034bd89",) and table.rows == (("1", "2"),)
+
+
+def test_a_changed_figure_makes_the_check_fail(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    results.mkdir()
+    for f in (ROOT / "docs" / "results").glob("*.json"):
+        (results / f.name).write_text(f.read_text())
+    data = json.loads((results / "conformance-default.json").read_text())
+    data["rows"][0][2] += 1  # one more parity match than the page says
+    (results / "conformance-default.json").write_text(json.dumps(data))
+    pages = measurements.render(measurements.load_all(results))
+    assert pages["docs/measurements.md"] != (ROOT / "docs" / "measurements.md").read_text()

@@ -1,5 +1,5 @@
 """Keras's own torch distribution, without parity (issue 12, point 3): the
-"Keras's own torch" column of the README's table, run on a Keras that ships
+"Keras's own torch" column of docs/keras.md's table, run on a Keras that ships
 ``keras.src.backend.torch.distribution_lib`` (the pinned keras-nightly,
 through ``scripts/keras_versions.sh``). The one-process checks are in
 ``tests/keras_support/keras_own_checks.py``; the rows that need several

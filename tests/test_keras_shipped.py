@@ -2,7 +2,7 @@
 (issue 5, point 6): run under JAX and under torch with parity installed, each
 in its own process (``tests/keras_support/shipped.py``); every test that
 passes on JAX passes on torch, except the ones listed in ``EXCEPTIONS`` (and
-in the README (Keras section), with the reason).
+in docs/keras.md, "Keras's own distribution tests", with the reason).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from conformance.catalogue import OPS, Op
+from conformance.catalogue import OPS, Op, unknown_op
 from conformance.signatures import SIGNATURES, Kwarg, json_schema
 from conformance.values import DTYPES
 
@@ -169,8 +169,7 @@ def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) 
         raise _err(f"{path}.id", "required: a non-empty string")
     op = raw.get("op")
     if not isinstance(op, str) or op not in OPS:
-        raise _err(f"{path}.op", f"{op!r} is not an op of the catalogue (`parity ops` lists "
-                                 f"them), e.g. {', '.join(list(OPS)[:5])}")
+        raise _err(f"{path}.op", unknown_op(op))
     mesh = raw.get("mesh")
     if mesh is None and default_mesh is not None:
         mesh_shape, axis_names = default_mesh
@@ -321,6 +320,8 @@ def validate_schema(data: Any) -> None:
     parts = list(error.absolute_path)
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
     message = error.message
+    if parts[:1] == ["cases"] and parts[2:] == ["op"] and error.validator == "enum":
+        message = unknown_op(error.instance)  # the closest names, not the 235 inline
     if parts[:1] == ["cases"] and len(parts) >= 3 and parts[2] == "inputs":
         op = data["cases"][parts[1]].get("op")
         if op in SIGNATURES and len(parts) == 3:

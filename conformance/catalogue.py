@@ -19,6 +19,7 @@ group ``api``: their expressions call the backend module ``B``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
@@ -331,11 +332,25 @@ API_FUNCTIONS = tuple(name for name, op in OPS.items() if op.group == "api")
 GROUPS = ("unary", "binary", "reduction", "linalg", "shape", "nn", "api")
 
 
+def closest_ops(name: object, n: int = 3) -> list[str]:
+    """Up to ``n`` catalogue op names closest to ``name`` (``difflib``), best first."""
+    return difflib.get_close_matches(str(name), list(OPS), n=n, cutoff=0.6)
+
+
+def unknown_op(name: object) -> str:
+    """``'matmull' is not an op of the catalogue; did you mean matmul?`` (or,
+    with nothing close, where the list is): never the whole list inline."""
+    near = closest_ops(name)
+    hint = (f"did you mean {' or '.join(near)}?" if near
+            else "no op has a close name")
+    return (f"{name!r} is not an op of the catalogue; {hint} (`parity ops` lists the "
+            f"{len(OPS)} ops)")
+
+
 def get_op(name: str) -> Op:
-    """The catalogue entry ``name``; ``KeyError`` naming the choices otherwise."""
+    """The catalogue entry ``name``. Raises ``KeyError`` with ``unknown_op``'s
+    message (the closest names) for a name not in the catalogue."""
     try:
         return OPS[name]
     except KeyError:
-        raise KeyError(
-            f"op {name!r} is not in the catalogue; `parity ops` lists the {len(OPS)} ops"
-        ) from None
+        raise KeyError(unknown_op(name)) from None

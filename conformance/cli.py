@@ -20,11 +20,17 @@ import os
 import sys
 from pathlib import Path
 
-EXIT_CODES = """exit status:
-  0    every case ran (run) / parity holds for every case (compare, conformance --strict)
-  1    a case does not hold (compare; conformance --strict), or a semantics diff regressed
-  2    bad arguments: a malformed case file, an empty selection, an unreadable file
-  130  interrupted (Ctrl-C or SIGTERM); what finished is written, marked interrupted"""
+EXIT_OK, EXIT_DIVERGES, EXIT_USAGE, EXIT_NO_DEVICE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES = f"""exit status:
+  {EXIT_OK}    every case ran (run); parity holds for every case (compare, conformance)
+  {EXIT_DIVERGES}    a case does not hold (compare), the parity column diverges from JAX
+       (conformance; the raw DTensor column is informational), a semantics diff
+       regressed, or a column's run failed (conformance)
+  {EXIT_USAGE}    bad arguments: a malformed case file, an empty selection, an unreadable
+       file, an --out that is a directory or lies under a file
+  {EXIT_NO_DEVICE}    --device cuda and no CUDA device is visible (nothing written);
+       --skip-without-gpu makes this exit 0
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C or SIGTERM); what finished is written, marked interrupted"""
 
 
 class UsageError(Exception):
@@ -111,9 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
                       "and its loss inside torch.compile(fullgraph=True) under jax_semantics(); "
                       "a case that does not compile is a compile error, never run eagerly")
     run.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                     help="where torch runs (the JAX reference runs on CPU)")
+                     help="where torch runs (the JAX reference runs on CPU); cuda without "
+                          f"a visible GPU exits {EXIT_NO_DEVICE}, writing nothing")
+    run.add_argument("--skip-without-gpu", action="store_true",
+                     help=f"with --device cuda: no GPU is a skip (exit 0, nothing written), "
+                          f"not exit {EXIT_NO_DEVICE}")
     run.add_argument("--out", required=True, metavar="R.json",
-                     help="the report (R.json.partial while it runs, R.json.log: worker output)")
+                     help="the report file, not a directory (R.json.partial while it "
+                          "runs; R.json.log: worker output, kept only when there is some)")
     run.add_argument("--quiet", action="store_true",
                      help="no progress (default: a bar on a terminal, else a line every 30 s; "
                           "PARITY_PROGRESS_EVERY_S sets the interval)")
@@ -150,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "report.html in --out-dir.", **common)
     conf.add_argument("--out-dir", default="reports", help="where reports go (default reports/)")
     conf.add_argument("--strict", action="store_true",
-                      help="exit 1 unless every parity case is match or both-reject")
+                      help=f"accepted for older scripts, no effect: the suite always exits "
+                           f"{EXIT_DIVERGES} unless every parity case is match or "
+                           "both-reject (the raw DTensor column is informational)")
     _add_compile(conf, "add the compiled column (torch-compiled.json, compiled-vs-jax.*): "
                        "parity run --compile beside the other three; slow (dynamo traces "
                        "every case), so off by default")
@@ -167,7 +180,7 @@ def load_selected_cases(args) -> list:
     a selection that matches no case."""
     from conformance.cases import (DEFAULT_AXIS_NAMES, CaseFileError, default_cases,
                                    load_case_file, select)
-    from conformance.catalogue import OPS
+    from conformance.catalogue import OPS, unknown_op
 
     default_mesh = None
     if args.mesh:
@@ -176,8 +189,7 @@ def load_selected_cases(args) -> list:
                                                       tuple(f"axis{i}" for i in range(len(shape)))))
     unknown = [op for op in args.op if op not in OPS]
     if unknown:
-        raise UsageError(f"--op {unknown[0]!r} is not in the catalogue (`parity ops` lists the "
-                         f"{len(OPS)} ops)")
+        raise UsageError(f"--op {unknown_op(unknown[0])}")
     if args.cases:
         try:
             cases = [c for f in args.cases for c in load_case_file(f, default_mesh)]
@@ -200,8 +212,17 @@ def load_selected_cases(args) -> list:
 
 
 def check_writable(path: str | Path, flag: str) -> None:
-    """Raise ``UsageError`` naming ``path`` unless a file can be written there."""
+    """Raise ``UsageError`` naming ``path`` unless a file can be written there:
+    ``path`` is an existing directory, a folder on its way is a regular file,
+    or the folder cannot be created or written. Called before any case runs."""
     path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {str(path)!r} is a directory; name a file in it, e.g. "
+                         f"{flag} {str(path / 'report.json')!r}")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise UsageError(f"{flag} {str(path)!r} lies under {str(parent)!r}, which is a "
+                             "file, not a directory; choose a path under a directory")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         probe = path.parent / f".{path.name}.probe"
@@ -213,6 +234,7 @@ def check_writable(path: str | Path, flag: str) -> None:
 
 
 def cmd_run(args) -> int:
+    check_writable(args.out, "--out")
     if args.source == "opinfo":
         from conformance.opinfo_runner import cli_run
 
@@ -234,10 +256,15 @@ def cmd_run(args) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            print("parity run: no CUDA device visible; skipping (nothing written)")
-            return 0
+            if args.skip_without_gpu:
+                print("parity run: no CUDA device visible; skipping (--skip-without-gpu, "
+                      "nothing written)")
+                return EXIT_OK
+            print(f"parity run: --device cuda but no CUDA device is visible; nothing written "
+                  f"(exit {EXIT_NO_DEVICE}; --skip-without-gpu makes this a skip, exit 0)",
+                  file=sys.stderr)
+            return EXIT_NO_DEVICE
     cases = load_selected_cases(args)
-    check_writable(args.out, "--out")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         if args.compile:
             raise UsageError("--compile runs on simulated ranks only (one process); under "

@@ -86,7 +86,7 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
     header = make_header(backend, column, device, mode, timeout_s=timeout,
                          case_count=len(cases), **extra)
     writer = ReportWriter(out, header)
-    log_path = Path(str(out) + ".log")
+    log_path = Path(str(out) + ".log")  # worker output; removed at the end when empty
     log = open(log_path, "w")
     started = time.monotonic()
     counts = {"ok": 0, "error": 0}
@@ -145,6 +145,8 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
             worker.kill()
         bar.stop()
         log.close()
+        if log_path.stat().st_size == 0:  # the workers said nothing: no empty log left
+            log_path.unlink()
         seconds = round(time.monotonic() - started, 2)
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # finished workers
         path = writer.close(interrupted=interrupted, seconds=seconds,

@@ -88,7 +88,7 @@ def _run_suite(args) -> int:
     from rich.console import Console
 
     from conformance.cli import check_writable, load_selected_cases, print_summary, write_comparison
-    from conformance.compare import compare_reports
+    from conformance.compare import HOLDS, compare_reports
     from conformance.report import load_report
 
     out_dir = Path(args.out_dir)
@@ -162,10 +162,28 @@ def _run_suite(args) -> int:
     if interrupted:
         console.print(f"[yellow]interrupted after {wall:.0f} s: the reports, comparisons and "
                       f"report.html in {out_dir}/ hold the cases that finished")
+    diverged = diverging_cases(comparisons["parity"])
+    if diverged and not interrupted:
+        console.print(f"[red]parity diverges from JAX in {diverged} cases "
+                      f"(parity-vs-jax.md lists them): exit 1")
+    return exit_status(comparisons, failed=failed, interrupted=interrupted)
+
+
+def diverging_cases(comparison: dict) -> int:
+    """How many cases of ``comparison`` have a verdict outside ``HOLDS``."""
+    return sum(n for verdict, n in comparison["summary"].items() if verdict not in HOLDS)
+
+
+def exit_status(comparisons: dict[str, dict], *, failed: bool, interrupted: bool) -> int:
+    """The suite's exit status: 130 interrupted; 1 when the parity column
+    diverges from JAX (a verdict other than match / both-reject) or a
+    column's run failed; else 0. The raw DTensor (and compiled) columns are
+    informational: their verdicts never change the status."""
+    if interrupted:
         return 130
-    if args.strict and not comparisons["parity"]["ok"]:
+    if not comparisons["parity"]["ok"] or failed:
         return 1
-    return 1 if failed else 0
+    return 0
 
 
 def _compiled_comparison(ref: dict, path: Path, eager: dict, out_dir: Path,

@@ -107,10 +107,21 @@ def test_raw_dtensor_shows_what_it_gets_wrong(reports):
     assert verdicts["all_reduce/model"] == "error-differs"
 
 
-def test_cuda_run_skips_cleanly_without_a_gpu(tmp_path):
+def test_cuda_without_a_gpu_exits_3_unless_asked_to_skip(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
-        pytest.skip("a GPU is present; the skip path does not apply")
+        pytest.skip("a GPU is present; the no-GPU path does not apply")
     proc = parity("run", "--backend", "torch", "--device", "cuda", "--op", "neg",
-                  "--out", str(tmp_path / "r.json"))
-    assert "no CUDA device" in proc.stdout and not (tmp_path / "r.json").exists()
+                  "--out", str(tmp_path / "r.json"), check=False)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "no CUDA device is visible" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert not (tmp_path / "r.json").exists()
+    proc = parity("run", "--backend", "torch", "--device", "cuda", "--op", "neg",
+                  "--skip-without-gpu", "--out", str(tmp_path / "r.json"))
+    assert "skipping" in proc.stdout and not (tmp_path / "r.json").exists()
+
+
+def test_no_run_leaves_an_empty_log(reports):
+    for name in ("jax", "torch", "raw"):
+        log = reports / f"{name}.json.log"
+        assert not log.exists() or log.stat().st_size > 0, f"{log} is empty"

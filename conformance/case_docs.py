@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from conformance.catalogue import OPS
+from conformance.compiled import DOC_BEGIN, DOC_END, render_doc_section
 from conformance.signatures import SIGNATURES, json_schema
 from conformance.values import DTYPES
 
@@ -123,8 +124,6 @@ def render_schema() -> str:
 def render_reports_doc() -> str:
     """``docs/reports.md`` with its generated compiled-column section
     (``conformance.compiled.render_doc_section``) rewritten in place."""
-    from conformance.compiled import DOC_BEGIN, DOC_END, render_doc_section
-
     text = REPORTS_DOC.read_text()
     start, end = text.find(DOC_BEGIN), text.find(DOC_END)
     if start < 0 or end < start:

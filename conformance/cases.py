@@ -32,9 +32,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+
 from conformance.catalogue import OPS, Op, unknown_op
+from conformance.shape_check import UnfitCase, check_fit, jax_available, warn_unchecked
 from conformance.signatures import SIGNATURES, Kwarg, json_schema
 from conformance.values import DTYPES
+from parity.layout_space import all_specs as _all_specs
 
 MESHES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
     "8": ((8,), ("x",)),
@@ -306,8 +310,6 @@ def validate_schema(data: Any) -> None:
     follow the case-file JSON Schema (``signatures.json_schema``). A case's
     kwargs are checked first by ``check_signature``, whose message lists the
     op's valid kwargs."""
-    import jsonschema
-
     for i, case in enumerate(data.get("cases", []) if isinstance(data, dict) else []):
         if (isinstance(case, dict) and case.get("op") in SIGNATURES
                 and isinstance(case.get("kwargs", {}), dict)):
@@ -342,8 +344,6 @@ def load_case_file(path: str | Path, default_mesh: tuple | None = None,
     against the op (``shape_check``). Raises ``CaseFileError`` naming the
     file and the field.
     """
-    from conformance.shape_check import UnfitCase, check_fit, jax_available, warn_unchecked
-
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -386,9 +386,7 @@ def parse_cases(data: Any, default_mesh: tuple | None = None) -> list[Case]:
 # ------------------------------------------------------------- generation
 
 def all_specs(axis_names: Sequence[str], rank: int) -> list[Spec]:
-    from parity.layout_space import all_specs as _all
-
-    return list(_all(axis_names, rank))
+    return list(_all_specs(axis_names, rank))
 
 
 def _rng(*parts: object) -> random.Random:

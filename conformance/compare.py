@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from conformance.compiled import COMPILE_CATEGORY
+from conformance.compiled import to_markdown as cross_markdown
 from conformance.values import decode
 
 VERDICTS = ("match", "values-differ", "placement-differs", "grads-differ", "error-differs",
@@ -256,8 +257,6 @@ def to_markdown(comparison: dict, title: str = "parity comparison") -> str:
             lines += [f"| `{c['id']}` | {c['verdict']} | {_cell(c['reason'])} |" for c in group]
             lines.append("")
     if comparison.get("compiled_vs_eager"):
-        from conformance.compiled import to_markdown as cross_markdown
-
         lines.append(cross_markdown(comparison["compiled_vs_eager"]))
     return "\n".join(lines) + "\n"
 

@@ -21,6 +21,7 @@ parity error's own category, as in the eager column.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 COMPILE_CATEGORY = "compile"
@@ -163,6 +164,4 @@ def render_doc_section() -> str:
 
 def json_text(value: Any) -> str:
     """A header value as the JSON it is written as (strings bare)."""
-    import json
-
     return value if isinstance(value, str) else json.dumps(value)

@@ -24,8 +24,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
 from conformance.cases import Case
-from conformance.catalogue import tolerance
+from conformance.catalogue import get_op, tolerance
+from conformance.compiled import COLUMN, compile_header
 from conformance.report import ReportWriter, make_header
 from conformance.worker_process import LineWorker, WorkerGone
 
@@ -53,8 +58,6 @@ class Worker(LineWorker):
 
 
 def _failure(case: Case, kind: str, message: str, device: str) -> dict[str, Any]:
-    from conformance.catalogue import get_op
-
     return {"status": "error", "outputs": [], "grads": [],
             "error": {"category": "other", "type": kind, "message": message},
             "tolerance": tolerance(get_op(case.op).tol, device)}
@@ -79,8 +82,6 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
     column = "jax" if backend == "jax" else ("torch-raw" if raw else "torch")
     extra = {}
     if compile_backend:
-        from conformance.compiled import COLUMN, compile_header
-
         column, extra = COLUMN, {"compile": compile_header(compile_backend)}
     mode = "multiprocess" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "simulated"
     header = make_header(backend, column, device, mode, timeout_s=timeout,
@@ -175,10 +176,6 @@ class _progress:
         self.every = float(os.environ.get("PARITY_PROGRESS_EVERY_S", "30"))
         if enabled is not True and enabled != "bar":
             return
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
-
         console = Console(stderr=True)
         self.bar = Progress(TextColumn(f"[bold]{column:9}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[errors]} errors"), TimeElapsedColumn(),

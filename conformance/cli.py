@@ -211,12 +211,12 @@ def cmd_run(args) -> int:
                        timeout=args.timeout,
                        progress=None if args.quiet else "bar" if sys.stderr.isatty() else "lines",
                        compile_backend=args.compile_backend if args.compile else None)
-    compiled = (f", {result.get('compile_error', 0)} of them compile errors (torch.compile "
-                f"backend {args.compile_backend})" if args.compile else "")
-    print(f"{result['cases']} cases ({result['ok']} ok, {result['error']} error{compiled}) in "
-          f"{result['seconds']:.1f} s -> {result['report']}"
-          + (" (interrupted)" if result["interrupted"] else ""))
-    return 130 if result["interrupted"] else 0
+    compiled = (f", {result.compile_error} of them compile errors (torch.compile "
+                f"backend {args.compile_backend})" if result.compile_error is not None else "")
+    print(f"{result.cases} cases ({result.ok} ok, {result.error} error{compiled}) in "
+          f"{result.seconds:.1f} s -> {result.report}"
+          + (" (interrupted)" if result.interrupted else ""))
+    return EXIT_INTERRUPTED if result.interrupted else EXIT_OK
 
 
 def cmd_compare(args) -> int:

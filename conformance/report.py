@@ -20,6 +20,7 @@ from typing import Any
 
 import parity
 from conformance.catalogue import GRAD_CLASS, TOLERANCES
+from conformance.entries import CaseEntry
 
 SCHEMA = "parity.report/1"
 
@@ -74,7 +75,7 @@ class ReportWriter:
         self.header.update(facts)
         self._write({"header_update": facts})
 
-    def add(self, case_entry: dict[str, Any]) -> None:
+    def add(self, case_entry: CaseEntry) -> None:
         self._write(case_entry)
         self.count += 1
 

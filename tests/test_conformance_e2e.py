@@ -125,3 +125,23 @@ def test_no_run_leaves_an_empty_log(reports):
     for name in ("jax", "torch", "raw"):
         log = reports / f"{name}.json.log"
         assert not log.exists() or log.stat().st_size > 0, f"{log} is empty"
+
+
+def _fits(obj: dict, typed) -> None:
+    keys = set(obj)
+    assert typed.__required_keys__ <= keys, (typed.__name__, typed.__required_keys__ - keys)
+    assert keys <= typed.__required_keys__ | typed.__optional_keys__, (
+        typed.__name__, keys - typed.__required_keys__ - typed.__optional_keys__)
+
+
+def test_every_report_entry_is_the_typed_record_conformance_entries_declares(reports):
+    from conformance.entries import ArrayRecord, CaseEntry, ErrorRecord, Tolerance
+
+    for name in ("jax", "torch", "raw"):
+        for entry in load_report(reports / f"{name}.json")["cases"]:
+            _fits(entry, CaseEntry)
+            _fits(entry["tolerance"], Tolerance)
+            for array in entry["outputs"] + entry["grads"]:
+                _fits(array, ArrayRecord)
+            if entry["error"] is not None:
+                _fits(entry["error"], ErrorRecord)

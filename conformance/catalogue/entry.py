@@ -22,6 +22,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
+from conformance.entries import Tolerance
+
 
 # Tolerance classes: (rtol, atol) for float32 on CPU. Data movement and
 # integer results are always exact. "matmul" on CUDA is widened for TF32
@@ -48,7 +50,7 @@ GRAD_CLASS = {"exact": "reduction", "elementwise": "reduction",
               "matmul": "matmul"}
 
 
-def tolerance(tol_class: str, device: str = "cpu", dtype: str = "float32") -> dict[str, Any]:
+def tolerance(tol_class: str, device: str = "cpu", dtype: str = "float32") -> Tolerance:
     """``{"class", "rtol", "atol"}`` for a tolerance class on a device.
 
     Integer and bool dtypes are exact whatever the class. Raises ``KeyError``

@@ -222,6 +222,9 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     """Verdicts of CAND against REF; or a semantics diff of two comparisons
     (or of two candidate reports, each against ``--reference``)."""
+    for flag, path in (("--json", args.json), ("--md", args.md), ("--html", args.html)):
+        if path:
+            check_writable(path, flag)
     try:
         first, second = load_json(args.reference, partial=True), load_json(args.candidate,
                                                                               partial=True)

@@ -244,3 +244,12 @@ def test_python_dash_m_parity_is_the_console_script():
     proc = subprocess.run([sys.executable, "-m", "parity", "conformance", "--help"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--out-dir" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--json", "--md", "--html"])
+def test_compare_refuses_an_output_that_is_a_directory_before_reading(flag, tmp_path, capsys):
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(_report("jax", "x")))
+    assert main(["compare", str(a), str(a), flag, str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{flag} {str(tmp_path)!r} is a directory" in err and len(err.splitlines()) == 1

@@ -22,7 +22,6 @@ nor jax.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from conformance.entries import ErrorRecord
 from parity.errors import CATEGORIES, ParityError

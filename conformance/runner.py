@@ -23,7 +23,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
@@ -144,7 +143,7 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
                                       f"{log_path.name})", device)
                     result["seconds"] = round(time.monotonic() - t0, 4)
                 result.pop("id", None)
-                entry = {**case_fields(case), **result}
+                entry: CaseEntry = {**case_fields(case), **result}
                 entry.setdefault("seconds", round(time.monotonic() - t0, 4))
                 writer.add(entry)
                 counts[entry["status"]] = counts.get(entry["status"], 0) + 1

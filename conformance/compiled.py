@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from conformance.entries import Comparison
+
 COMPILE_CATEGORY = "compile"
 COLUMN = "torch-compiled"
 BACKENDS = ("aot_eager", "eager")  # CPU-cheap dynamo backends; aot_eager traces the backward too
@@ -66,7 +68,7 @@ def is_compile_error(entry: dict | None) -> bool:
                 and (entry.get("error") or {}).get("category") == COMPILE_CATEGORY)
 
 
-def compiled_vs_eager(eager: dict, compiled: dict) -> dict[str, Any]:
+def compiled_vs_eager(eager: Comparison, compiled: Comparison) -> dict[str, Any]:
     """Per case, the compiled column's verdict against the eager column's
     (both ``parity.comparison/1`` against the same reference).
 

@@ -78,3 +78,54 @@ class CaseResult(_ResultOptional):
 
 class CaseEntry(CaseFields, CaseResult):
     """One case of a report: the case's fields and its result."""
+
+
+# ------------------------------------------------------- comparisons
+# (``parity.comparison/1``: ``conformance.compare.compare_reports``)
+
+
+class CaseSide(TypedDict):
+    """One report's side of a compared case: what the HTML shows (no values)."""
+
+    status: str | None
+    error: ErrorRecord | None
+    outputs: list[dict[str, Any]]  # an ArrayRecord without its values
+    grads: list[dict[str, Any]]  # the same, with the input it belongs to
+    seconds: float | None
+    compile: dict[str, Any] | None
+
+
+class VerdictRow(TypedDict):
+    """One case of a comparison: its verdict, why, notes, the case and both sides."""
+
+    id: str
+    op: str | None
+    verdict: str
+    reason: str
+    notes: list[str]
+    mesh: dict[str, Any] | None
+    inputs: list[dict[str, Any]] | None
+    kwargs: dict[str, Any] | None
+    grad: bool | None
+    reference: CaseSide | None
+    candidate: CaseSide | None
+
+
+class _ComparisonOptional(TypedDict, total=False):
+    interrupted: bool  # set by parity conformance: a run was interrupted
+    compiled_vs_eager: dict[str, Any]  # the compiled column beside the eager one
+
+
+class Comparison(_ComparisonOptional):
+    """A comparison of a candidate report with the reference: the two
+    headers, the count per verdict, whether parity holds (``ok``: every
+    verdict is match or both-reject) and one row per case."""
+
+    schema: str
+    reference: dict[str, Any]
+    candidate: dict[str, Any]
+    summary: dict[str, int]
+    total: int
+    chosen_placement_notes: int
+    ok: bool
+    cases: list[VerdictRow]

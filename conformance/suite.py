@@ -29,6 +29,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 from conformance.arguments import Selection, check_writable, load_selected_cases
 from conformance.compare import HOLDS, compare_reports
 from conformance.compiled import compiled_vs_eager
+from conformance.entries import Comparison
 from conformance.html import write_html
 from conformance.report import load_report
 from conformance.summary import print_summary, write_comparison
@@ -158,12 +159,13 @@ def _run_suite(args: argparse.Namespace) -> int:
     return exit_status(comparisons, failed=failed, interrupted=interrupted)
 
 
-def diverging_cases(comparison: dict) -> int:
+def diverging_cases(comparison: Comparison) -> int:
     """How many cases of ``comparison`` have a verdict outside ``HOLDS``."""
     return sum(n for verdict, n in comparison["summary"].items() if verdict not in HOLDS)
 
 
-def exit_status(comparisons: dict[str, dict], *, failed: bool, interrupted: bool) -> int:
+def exit_status(comparisons: dict[str, Comparison], *, failed: bool,
+                interrupted: bool) -> int:
     """The suite's exit status: 130 interrupted; 1 when the parity column
     diverges from JAX (a verdict other than match / both-reject) or a
     column's run failed; else 0. The raw DTensor (and compiled) columns are

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from conformance.compare import VERDICTS, to_markdown
+from conformance.entries import Comparison
 from conformance.html import write_html
 
 
@@ -21,7 +22,7 @@ def write_text(path: str | Path | None, text: str) -> None:
         Path(path).write_text(text)
 
 
-def write_comparison(comparison: dict, json_path: str | Path | None = None,
+def write_comparison(comparison: Comparison, json_path: str | Path | None = None,
                      md_path: str | Path | None = None, html_path: str | Path | None = None,
                      title: str | None = None) -> None:
     """Write ``comparison`` as JSON, Markdown and/or a one-tab HTML page."""
@@ -32,7 +33,7 @@ def write_comparison(comparison: dict, json_path: str | Path | None = None,
         write_html({title or candidate_label(comparison): comparison}, html_path)
 
 
-def candidate_label(comparison: dict) -> str:
+def candidate_label(comparison: Comparison) -> str:
     """The tab name of a comparison: ``parity``, ``raw DTensor``, or the column."""
     cand = comparison.get("candidate") or {}
     if cand.get("semantics") == "jax_semantics" and cand.get("compile"):
@@ -44,7 +45,7 @@ def candidate_label(comparison: dict) -> str:
     return str(cand.get("column") or cand.get("backend") or "candidate")
 
 
-def print_summary(columns: dict[str, dict]) -> None:
+def print_summary(columns: dict[str, Comparison]) -> None:
     """A rich table: one row per verdict, one column per comparison."""
     table = Table(title="verdicts against JAX")
     table.add_column("verdict")

@@ -145,3 +145,17 @@ def test_every_report_entry_is_the_typed_record_conformance_entries_declares(rep
                 _fits(array, ArrayRecord)
             if entry["error"] is not None:
                 _fits(entry["error"], ErrorRecord)
+
+
+def test_every_comparison_row_is_the_typed_record_conformance_entries_declares(reports):
+    from conformance.entries import CaseSide, Comparison, VerdictRow
+
+    parity("compare", str(reports / "jax.json"), str(reports / "torch.json"),
+           "--json", str(reports / "typed.json"), check=False)
+    comparison = json.loads((reports / "typed.json").read_text())
+    _fits(comparison, Comparison)
+    assert len(comparison["cases"]) == len(USER_CASES["cases"])
+    for row in comparison["cases"]:
+        _fits(row, VerdictRow)
+        for side in (row["reference"], row["candidate"]):
+            _fits(side, CaseSide)

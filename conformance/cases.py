@@ -32,9 +32,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from conformance.catalogue import OPS, Op
+import jsonschema
+
+from conformance.catalogue import OPS, Op, unknown_op
+from conformance.shape_check import UnfitCase, check_fit, jax_available, warn_unchecked
 from conformance.signatures import SIGNATURES, Kwarg, json_schema
 from conformance.values import DTYPES
+from parity.layout_space import all_specs as _all_specs
 
 MESHES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
     "8": ((8,), ("x",)),
@@ -169,8 +173,7 @@ def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) 
         raise _err(f"{path}.id", "required: a non-empty string")
     op = raw.get("op")
     if not isinstance(op, str) or op not in OPS:
-        raise _err(f"{path}.op", f"{op!r} is not an op of the catalogue (`parity ops` lists "
-                                 f"them), e.g. {', '.join(list(OPS)[:5])}")
+        raise _err(f"{path}.op", unknown_op(op))
     mesh = raw.get("mesh")
     if mesh is None and default_mesh is not None:
         mesh_shape, axis_names = default_mesh
@@ -307,8 +310,6 @@ def validate_schema(data: Any) -> None:
     follow the case-file JSON Schema (``signatures.json_schema``). A case's
     kwargs are checked first by ``check_signature``, whose message lists the
     op's valid kwargs."""
-    import jsonschema
-
     for i, case in enumerate(data.get("cases", []) if isinstance(data, dict) else []):
         if (isinstance(case, dict) and case.get("op") in SIGNATURES
                 and isinstance(case.get("kwargs", {}), dict)):
@@ -321,6 +322,8 @@ def validate_schema(data: Any) -> None:
     parts = list(error.absolute_path)
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
     message = error.message
+    if parts[:1] == ["cases"] and parts[2:] == ["op"] and error.validator == "enum":
+        message = unknown_op(error.instance)  # the closest names, not the 235 inline
     if parts[:1] == ["cases"] and len(parts) >= 3 and parts[2] == "inputs":
         op = data["cases"][parts[1]].get("op")
         if op in SIGNATURES and len(parts) == 3:
@@ -341,8 +344,6 @@ def load_case_file(path: str | Path, default_mesh: tuple | None = None,
     against the op (``shape_check``). Raises ``CaseFileError`` naming the
     file and the field.
     """
-    from conformance.shape_check import UnfitCase, check_fit, jax_available, warn_unchecked
-
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -385,9 +386,7 @@ def parse_cases(data: Any, default_mesh: tuple | None = None) -> list[Case]:
 # ------------------------------------------------------------- generation
 
 def all_specs(axis_names: Sequence[str], rank: int) -> list[Spec]:
-    from parity.layout_space import all_specs as _all
-
-    return list(_all(axis_names, rank))
+    return list(_all_specs(axis_names, rank))
 
 
 def _rng(*parts: object) -> random.Random:

@@ -18,17 +18,33 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
-EXIT_CODES = """exit status:
-  0    every case ran (run) / parity holds for every case (compare, conformance --strict)
-  1    a case does not hold (compare; conformance --strict), or a semantics diff regressed
-  2    bad arguments: a malformed case file, an empty selection, an unreadable file
-  130  interrupted (Ctrl-C or SIGTERM); what finished is written, marked interrupted"""
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
+from conformance import compare, diff
+from conformance.arguments import Selection, UsageError, check_writable, load_selected_cases
+from conformance.catalogue import OPS
+from conformance.compiled import BACKENDS, DEFAULT_BACKEND, compiled_vs_eager
+from conformance.html import write_html
+from conformance.multiprocess import run_under_torchrun
+from conformance.report import load_json, load_report
+from conformance.runner import run_cases
+from conformance.suite import run_suite
+from conformance.summary import candidate_label, print_summary, write_comparison, write_text
 
-class UsageError(Exception):
-    """A bad argument: ``main`` prints ``parity <command>: <message>``, exit 2."""
+EXIT_OK, EXIT_DIVERGES, EXIT_USAGE, EXIT_NO_DEVICE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES = f"""exit status:
+  {EXIT_OK}    every case ran (run); parity holds for every case (compare, conformance)
+  {EXIT_DIVERGES}    a case does not hold (compare), the parity column diverges from JAX
+       (conformance; the raw DTensor column is informational), a semantics diff
+       regressed, or a column's run failed (conformance)
+  {EXIT_USAGE}    bad arguments: a malformed case file, an empty selection, an unreadable
+       file, an --out that is a directory or lies under a file
+  {EXIT_NO_DEVICE}    --device cuda and no CUDA device is visible (nothing written);
+       --skip-without-gpu makes this exit 0
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C or SIGTERM); what finished is written, marked interrupted"""
 
 
 def _positive_int(text: str) -> int:
@@ -51,22 +67,12 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def parse_mesh(text: str) -> tuple[int, ...]:
-    """``"2x4"`` -> ``(2, 4)``. Raises ``UsageError`` naming the text."""
-    parts = text.lower().split("x")
-    if not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise UsageError(f"--mesh {text!r} is not a mesh shape: positive sizes joined by x, "
-                         "e.g. 8, 2x4 or 2x2x2")
-    return tuple(int(p) for p in parts)
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad argument in one line (no usage block)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         print(f"{self.prog}: {message} (--help lists the options)", file=sys.stderr)
         raise SystemExit(2)
-
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
@@ -84,8 +90,6 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
 
 
 def _add_compile(p: argparse.ArgumentParser, text: str) -> None:
-    from conformance.compiled import BACKENDS, DEFAULT_BACKEND
-
     p.add_argument("--compile", action="store_true", help=text)
     p.add_argument("--compile-backend", choices=BACKENDS, default=DEFAULT_BACKEND,
                    help=f"with --compile: the dynamo backend (default {DEFAULT_BACKEND}: "
@@ -111,9 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
                       "and its loss inside torch.compile(fullgraph=True) under jax_semantics(); "
                       "a case that does not compile is a compile error, never run eagerly")
     run.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                     help="where torch runs (the JAX reference runs on CPU)")
+                     help="where torch runs (the JAX reference runs on CPU); cuda without "
+                          f"a visible GPU exits {EXIT_NO_DEVICE}, writing nothing")
+    run.add_argument("--skip-without-gpu", action="store_true",
+                     help=f"with --device cuda: no GPU is a skip (exit 0, nothing written), "
+                          f"not exit {EXIT_NO_DEVICE}")
     run.add_argument("--out", required=True, metavar="R.json",
-                     help="the report (R.json.partial while it runs, R.json.log: worker output)")
+                     help="the report file, not a directory (R.json.partial while it "
+                          "runs; R.json.log: worker output, kept only when there is some)")
     run.add_argument("--quiet", action="store_true",
                      help="no progress (default: a bar on a terminal, else a line every 30 s; "
                           "PARITY_PROGRESS_EVERY_S sets the interval)")
@@ -150,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "report.html in --out-dir.", **common)
     conf.add_argument("--out-dir", default="reports", help="where reports go (default reports/)")
     conf.add_argument("--strict", action="store_true",
-                      help="exit 1 unless every parity case is match or both-reject")
+                      help=f"accepted for older scripts, no effect: the suite always exits "
+                           f"{EXIT_DIVERGES} unless every parity case is match or "
+                           "both-reject (the raw DTensor column is informational)")
     _add_compile(conf, "add the compiled column (torch-compiled.json, compiled-vs-jax.*): "
                        "parity run --compile beside the other three; slow (dynamo traces "
                        "every case), so off by default")
@@ -161,64 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_selected_cases(args) -> list:
-    """The cases ``args`` select. Raises ``UsageError`` for a bad ``--mesh``,
-    an unknown ``--op``, a malformed case file, ids repeated across files, or
-    a selection that matches no case."""
-    from conformance.cases import (DEFAULT_AXIS_NAMES, CaseFileError, default_cases,
-                                   load_case_file, select)
-    from conformance.catalogue import OPS
-
-    default_mesh = None
-    if args.mesh:
-        shape = parse_mesh(args.mesh)
-        default_mesh = (shape, DEFAULT_AXIS_NAMES.get(len(shape),
-                                                      tuple(f"axis{i}" for i in range(len(shape)))))
-    unknown = [op for op in args.op if op not in OPS]
-    if unknown:
-        raise UsageError(f"--op {unknown[0]!r} is not in the catalogue (`parity ops` lists the "
-                         f"{len(OPS)} ops)")
-    if args.cases:
-        try:
-            cases = [c for f in args.cases for c in load_case_file(f, default_mesh)]
-        except CaseFileError as err:
-            raise UsageError(str(err)) from None
-        ids = [c.id for c in cases]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
-        if dup:
-            raise UsageError(f"case ids repeat across the --cases files: {dup[:5]}")
-    else:
-        cases = default_cases(args.op)
-    mesh_tag = "x".join(str(s) for s in default_mesh[0]) if default_mesh else None
-    selected = select(cases, args.op, args.pattern, mesh_tag, args.limit)
-    if not selected:
-        given = [f"--mesh {args.mesh}" if args.mesh else "", *(f"--op {o}" for o in args.op),
-                 f"-k {args.pattern!r}" if args.pattern else ""]
-        raise UsageError(f"the selection ({' '.join(g for g in given if g)}) matches none of "
-                         f"the {len(cases)} cases; nothing to run")
-    return selected
-
-
-def check_writable(path: str | Path, flag: str) -> None:
-    """Raise ``UsageError`` naming ``path`` unless a file can be written there."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.parent / f".{path.name}.probe"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise UsageError(f"{flag} {str(path)!r} cannot be written: "
-                         f"{err.strerror or err}") from None
-
-
 def cmd_run(args) -> int:
+    check_writable(args.out, "--out")
     if args.source == "opinfo":
-        from conformance.opinfo_runner import cli_run
+        from conformance.opinfo_runner import cli_run  # imports torch (OpInfo's op_db)
 
         return cli_run(args)
-    from conformance.runner import run_cases
-
     if args.raw and args.backend != "torch":
         print("parity run: --raw applies to --backend torch only", file=sys.stderr)
         return 2
@@ -231,38 +190,41 @@ def cmd_run(args) -> int:
             print("parity run: the JAX reference runs on CPU; compare its CPU report with a "
                   "torch report made on cuda", file=sys.stderr)
             return 2
-        import torch
+        import torch  # optional framework: only a cuda run needs it here
 
         if not torch.cuda.is_available():
-            print("parity run: no CUDA device visible; skipping (nothing written)")
-            return 0
-    cases = load_selected_cases(args)
-    check_writable(args.out, "--out")
+            if args.skip_without_gpu:
+                print("parity run: no CUDA device visible; skipping (--skip-without-gpu, "
+                      "nothing written)")
+                return EXIT_OK
+            print(f"parity run: --device cuda but no CUDA device is visible; nothing written "
+                  f"(exit {EXIT_NO_DEVICE}; --skip-without-gpu makes this a skip, exit 0)",
+                  file=sys.stderr)
+            return EXIT_NO_DEVICE
+    cases = load_selected_cases(Selection.from_args(args))
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         if args.compile:
             raise UsageError("--compile runs on simulated ranks only (one process); under "
                              "torchrun it is not implemented")
-        from conformance.multiprocess import run_under_torchrun
-
         return run_under_torchrun(cases, args)
     result = run_cases(cases, args.backend, args.out, raw=args.raw, device=args.device,
                        timeout=args.timeout,
                        progress=None if args.quiet else "bar" if sys.stderr.isatty() else "lines",
                        compile_backend=args.compile_backend if args.compile else None)
-    compiled = (f", {result.get('compile_error', 0)} of them compile errors (torch.compile "
-                f"backend {args.compile_backend})" if args.compile else "")
-    print(f"{result['cases']} cases ({result['ok']} ok, {result['error']} error{compiled}) in "
-          f"{result['seconds']:.1f} s -> {result['report']}"
-          + (" (interrupted)" if result["interrupted"] else ""))
-    return 130 if result["interrupted"] else 0
+    compiled = (f", {result.compile_error} of them compile errors (torch.compile "
+                f"backend {args.compile_backend})" if result.compile_error is not None else "")
+    print(f"{result.cases} cases ({result.ok} ok, {result.error} error{compiled}) in "
+          f"{result.seconds:.1f} s -> {result.report}"
+          + (" (interrupted)" if result.interrupted else ""))
+    return EXIT_INTERRUPTED if result.interrupted else EXIT_OK
 
 
 def cmd_compare(args) -> int:
     """Verdicts of CAND against REF; or a semantics diff of two comparisons
     (or of two candidate reports, each against ``--reference``)."""
-    from conformance import compare, diff
-    from conformance.report import load_json, load_report
-
+    for flag, path in (("--json", args.json), ("--md", args.md), ("--html", args.html)):
+        if path:
+            check_writable(path, flag)
     try:
         first, second = load_json(args.reference, partial=True), load_json(args.candidate,
                                                                               partial=True)
@@ -277,8 +239,8 @@ def cmd_compare(args) -> int:
             except ValueError as err:
                 raise UsageError(str(err)) from None
         result = diff.diff_comparisons(first, second)
-        _write_text(args.json, json.dumps(result, indent=1))
-        _write_text(args.md, diff.to_markdown(result))
+        write_text(args.json, json.dumps(result, indent=1))
+        write_text(args.md, diff.to_markdown(result))
         print(diff.summary_line(result))
         return 0 if result["ok"] else 1
     try:
@@ -300,8 +262,6 @@ def cmd_compare(args) -> int:
         columns = _with_eager(comparison, ref, args)
     write_comparison(comparison, args.json, args.md, None)
     if args.html:
-        from conformance.html import write_html
-
         write_html(columns, args.html)
     print_summary(columns)
     return 0 if comparison["ok"] else 1
@@ -310,10 +270,6 @@ def cmd_compare(args) -> int:
 def _with_eager(comparison: dict, ref: dict, args) -> dict[str, dict]:
     """``--eager``: the eager parity column against the same reference,
     beside the compiled one; adds ``compiled_vs_eager`` to ``comparison``."""
-    from conformance import compare
-    from conformance.compiled import compiled_vs_eager
-    from conformance.report import load_report
-
     if not (comparison["candidate"] or {}).get("compile"):
         raise UsageError(f"--eager: the candidate {args.candidate} is not a compiled column "
                          "(its header has no \"compile\"; make it with parity run --compile)")
@@ -329,82 +285,11 @@ def _with_eager(comparison: dict, ref: dict, args) -> dict[str, dict]:
     return {candidate_label(eager): eager, candidate_label(comparison): comparison}
 
 
-def _write_text(path, text: str) -> None:
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text)
-
-
-def write_comparison(comparison: dict, json_path=None, md_path=None, html_path=None,
-                     title: str | None = None) -> None:
-    from conformance.compare import to_markdown
-
-    if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(comparison, indent=1))
-    if md_path:
-        Path(md_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(md_path).write_text(to_markdown(comparison, title or "parity comparison"))
-    if html_path:
-        from conformance.html import write_html
-
-        write_html({title or candidate_label(comparison): comparison}, html_path)
-
-
-def candidate_label(comparison: dict) -> str:
-    """The tab name of a comparison: ``parity``, ``raw DTensor``, or the column."""
-    cand = comparison.get("candidate") or {}
-    if cand.get("semantics") == "jax_semantics" and cand.get("compile"):
-        return "parity compiled"
-    if cand.get("semantics") == "jax_semantics":
-        return "parity"
-    if cand.get("semantics") == "raw-dtensor":
-        return "raw DTensor"
-    return str(cand.get("column") or cand.get("backend") or "candidate")
-
-
-def print_summary(columns: dict[str, dict]) -> None:
-    """A rich table: one row per verdict, one column per comparison."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from conformance.compare import VERDICTS
-
-    table = Table(title="verdicts against JAX")
-    table.add_column("verdict")
-    for name in columns:
-        table.add_column(name, justify="right")
-    for v in VERDICTS:
-        table.add_row(v, *[str(c["summary"][v]) for c in columns.values()])
-    table.add_row("[bold]total", *[str(c["total"]) for c in columns.values()])
-    table.add_row("chosen-placement notes",
-                  *[str(c["chosen_placement_notes"]) for c in columns.values()])
-    if any(c.get("compiled_vs_eager") for c in columns.values()):
-        table.add_row("compiled verdict differs from eager",
-                      *[str(c["compiled_vs_eager"]["differs"]) if c.get("compiled_vs_eager")
-                        else "" for c in columns.values()])
-    Console().print(table)
-    for c in columns.values():
-        cross = c.get("compiled_vs_eager")
-        for row in (cross or {}).get("cases", [])[:20]:
-            Console().print(f"  {row['id']}: eager {row['eager']} -> compiled {row['compiled']}: "
-                            f"{row['reason'][:160]}", markup=False, highlight=False)
-        if cross and cross["differs"] > 20:
-            Console().print(f"  ... {cross['differs'] - 20} more (the comparison's JSON / "
-                            "Markdown list them all)")
-
-
 def cmd_ops(args) -> int:
-    from conformance.catalogue import OPS
-
     if args.json:
         print(json.dumps([{"name": o.name, "group": o.group, "jax": o.jax, "torch": o.torch,
                            "tolerance": o.tol, "grad": o.grad} for o in OPS.values()], indent=1))
         return 0
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
     table = Table(title=f"op catalogue ({len(OPS)} ops)")
     for col in ("op", "group", "JAX", "torch", "tol", "grad"):
         table.add_column(col, overflow="fold")
@@ -416,8 +301,6 @@ def cmd_ops(args) -> int:
 
 
 def cmd_conformance(args) -> int:
-    from conformance.suite import run_suite
-
     return run_suite(args)
 
 

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from conformance.compiled import COMPILE_CATEGORY
+from conformance.compiled import to_markdown as cross_markdown
+from conformance.entries import CaseSide, Comparison, VerdictRow
 from conformance.values import decode
 
 VERDICTS = ("match", "values-differ", "placement-differs", "grads-differ", "error-differs",
@@ -185,12 +187,12 @@ def _first_line(text: Any) -> str:
     return str(text or "").strip().splitlines()[0][:200] if text else ""
 
 
-def compare_reports(ref: dict, cand: dict) -> dict[str, Any]:
+def compare_reports(ref: dict, cand: dict) -> Comparison:
     """The comparison (``parity.comparison/1``) of two reports."""
     rcases = {c["id"]: c for c in ref.get("cases", [])}
     ccases = {c["id"]: c for c in cand.get("cases", [])}
     order = list(rcases) + [i for i in ccases if i not in rcases]
-    results = []
+    results: list[VerdictRow] = []
     for cid in order:
         r, c = rcases.get(cid), ccases.get(cid)
         v = verdict_of(r, c)
@@ -219,7 +221,7 @@ def _header(report: dict) -> dict[str, Any]:
                                         "compile")}
 
 
-def _brief(entry: dict | None) -> dict | None:
+def _brief(entry: dict | None) -> CaseSide | None:
     """What the HTML needs of one side: status, error, placements (no values)."""
     if entry is None:
         return None
@@ -231,7 +233,7 @@ def _brief(entry: dict | None) -> dict | None:
             "seconds": entry.get("seconds"), "compile": entry.get("compile")}
 
 
-def to_markdown(comparison: dict, title: str = "parity comparison") -> str:
+def to_markdown(comparison: Comparison, title: str = "parity comparison") -> str:
     """A Markdown summary: counts per verdict, then every non-match case."""
     ref, cand = comparison["reference"], comparison["candidate"]
     lines = [f"# {title}", "",
@@ -256,8 +258,6 @@ def to_markdown(comparison: dict, title: str = "parity comparison") -> str:
             lines += [f"| `{c['id']}` | {c['verdict']} | {_cell(c['reason'])} |" for c in group]
             lines.append("")
     if comparison.get("compiled_vs_eager"):
-        from conformance.compiled import to_markdown as cross_markdown
-
         lines.append(cross_markdown(comparison["compiled_vs_eager"]))
     return "\n".join(lines) + "\n"
 

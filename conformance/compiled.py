@@ -21,7 +21,10 @@ parity error's own category, as in the eager column.
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from conformance.entries import Comparison
 
 COMPILE_CATEGORY = "compile"
 COLUMN = "torch-compiled"
@@ -65,7 +68,7 @@ def is_compile_error(entry: dict | None) -> bool:
                 and (entry.get("error") or {}).get("category") == COMPILE_CATEGORY)
 
 
-def compiled_vs_eager(eager: dict, compiled: dict) -> dict[str, Any]:
+def compiled_vs_eager(eager: Comparison, compiled: Comparison) -> dict[str, Any]:
     """Per case, the compiled column's verdict against the eager column's
     (both ``parity.comparison/1`` against the same reference).
 
@@ -163,6 +166,4 @@ def render_doc_section() -> str:
 
 def json_text(value: Any) -> str:
     """A header value as the JSON it is written as (strings bare)."""
-    import json
-
     return value if isinstance(value, str) else json.dumps(value)

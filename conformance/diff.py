@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Any
 
 from conformance.compare import HOLDS
+from conformance.entries import Comparison
 
 SCHEMA = "parity.semantics-diff/1"
 CHANGES = ("fixed", "regressed", "changed", "placement moved", "same", "added", "removed")
@@ -56,7 +57,7 @@ def change_of(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[s
     return "same", ""
 
 
-def diff_comparisons(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def diff_comparisons(old: Comparison, new: Comparison) -> dict[str, Any]:
     """The semantics diff (``parity.semantics-diff/1``) from ``old`` to ``new``."""
     before = {c["id"]: c for c in old["cases"]}
     after = {c["id"]: c for c in new["cases"]}

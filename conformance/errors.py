@@ -22,8 +22,8 @@ nor jax.
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from conformance.entries import ErrorRecord
 from parity.errors import CATEGORIES, ParityError
 
 __all__ = ["CATEGORIES", "categorize", "error_record", "foreign_category"]
@@ -74,7 +74,7 @@ def categorize(err: BaseException) -> str:
     return foreign_category(err)
 
 
-def error_record(err: BaseException, category: str | None = None) -> dict[str, Any]:
+def error_record(err: BaseException, category: str | None = None) -> ErrorRecord:
     """``{"category", "type", "message"}`` for a report (message cut to 2,000 chars)."""
     message = str(err).strip() or repr(err)
     return {

@@ -17,17 +17,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jinja2
+
 from conformance.compare import VERDICTS
+from conformance.entries import Comparison
 
 COLOURS = {"match": "#3a9d5d", "both-reject": "#8fbf9f", "both-other": "#7a4fa0", "values-differ": "#d64545",
            "placement-differs": "#e8a33d", "grads-differ": "#b565c7",
            "error-differs": "#d9713a", "compile-error": "#4f6d9a", "missing": "#9a9a9a"}
 
 
-def write_html(comparisons: dict[str, dict], path: str | Path) -> Path:
+def write_html(comparisons: dict[str, Comparison], path: str | Path) -> Path:
     """Write the page for one or more comparisons (one tab each)."""
-    import jinja2
-
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]))

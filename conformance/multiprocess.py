@@ -11,14 +11,15 @@ from __future__ import annotations
 import sys
 import time
 
+from conformance.report import ReportWriter, make_header
+from conformance.runner import case_fields
+
 
 def run_under_torchrun(cases, args) -> int:
-    from parity import torch_impl
-    from conformance.report import ReportWriter, make_header
-    from conformance.run_torch import TorchRunner
-    from conformance.runner import case_fields
-
     import torch
+
+    from conformance.run_torch import TorchRunner  # imports torch
+    from parity import torch_impl
 
     torch_impl.initialize()
     world, rank = torch_impl.num_processes(), torch_impl.process_id()

@@ -45,10 +45,12 @@ op or sample have ``"sample": null`` / ``"layout": null`` as applicable.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from conformance.opinfo_check import CLASSES, COLUMNS, MODES, Finding, reference, run_case
+from conformance.opinfo_check import (CLASSES, COLUMNS, MODES, Distributor, Finding, reference,
+                                     run_case, timed)
 from conformance.opinfo_samples import (
     ALL_SCHEMES,
     MESHES,
@@ -129,8 +131,6 @@ def op_cases(op: Any, *, budget: Budget = FAST, meshes: Sequence[str] = tuple(ME
     record minus its result. ``semantics`` is parity's ``jax_semantics``
     (default: imported). Raises ``KeyError`` for an unknown mode or column.
     """
-    from conformance.opinfo_check import Distributor, timed
-
     for m in modes:
         if m not in MODES:
             raise KeyError(f"unknown mode {m!r}; modes: {MODES}")
@@ -277,8 +277,6 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def print_table(summary: dict[str, Any], file=None) -> None:
     """A plain-text table: one row per (column, mode, mesh), one column per class."""
-    import sys
-
     file = file or sys.stdout
     head = f"{'column':8} {'mode':8} {'mesh':6} " + " ".join(f"{c:>14}" for c in CLASSES)
     print(head, file=file)

@@ -28,6 +28,11 @@ from typing import Any
 
 import torch
 
+import parity
+from conformance.opinfo_samples import plain_mode, tensor_leaves
+from conformance.run_torch import raw_placements
+from parity.errors import ParityError
+
 CLASSES = ("correct", "wrong-values", "wrong-grad-placement", "leaked-partial",
            "parity-error", "raw-error", "skip")
 MODES = ("sharded", "mixed", "grad")
@@ -84,8 +89,6 @@ def _error_text(err: BaseException) -> str:
 
 
 def _classify_error(stage: str, err: BaseException) -> Finding:
-    from parity.errors import ParityError
-
     if isinstance(err, ParityError):
         return Finding("parity-error", f"{stage}: {_error_text(err)}")
     return Finding("raw-error", f"{stage}: {_error_text(err)}")
@@ -114,8 +117,6 @@ def reference(op: Any, sample: Any, leaves: Sequence[Any], treespec: Any,
               grad: bool) -> dict[str, Any]:
     """The op on the unsharded tensors (outside simulated ranks):
     ``{"outputs": [...], "grads": [...] or None}``. Raises what the op raises."""
-    from conformance.opinfo_samples import plain_mode
-
     with plain_mode():
         inputs = [_plain_copy(x, grad) for x in leaves]
         out = _call(op, inputs, treespec)
@@ -196,7 +197,6 @@ class Distributor:
     """Lays out host tensors for one column on one mesh."""
 
     def __init__(self, column: str, mesh_shape: Sequence[int], axis_names: Sequence[str]) -> None:
-        import parity
         from parity import torch_impl as ti
 
         self.column, self.ti = column, ti
@@ -205,15 +205,11 @@ class Distributor:
         self.torch_mesh = ti.to_torch_mesh(self.mesh)
 
     def __call__(self, x: torch.Tensor, spec) -> Any:
-        import parity
-
         layout = parity.TensorLayout(tuple(e if e else None for e in spec), self.mesh)
         host = x.detach().clone()
         if self.column == "parity":
             return self.ti.distribute_tensor(host, layout)
         from torch.distributed.tensor import distribute_tensor
-
-        from conformance.run_torch import raw_placements
 
         return distribute_tensor(host, self.torch_mesh, raw_placements(layout))
 
@@ -309,8 +305,6 @@ def _check_grads(inputs, grad_leaves, ref_grads, tol, dist: Distributor) -> None
 
 def sample_leaves(sample: Any) -> tuple[list[Any], Any]:
     """Leaves and tree spec of a sample's ``(input, args, kwargs)``."""
-    from conformance.opinfo_samples import tensor_leaves
-
     return tensor_leaves(sample)
 
 

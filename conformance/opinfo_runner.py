@@ -25,6 +25,7 @@ Report file (``schema: "parity-opinfo/1"``)::
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import signal
@@ -34,7 +35,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from conformance.opinfo import FAST, FULL, op_cases, print_table, summarize
 from conformance.opinfo_check import CLASSES, COLUMNS, MODES
+from conformance.opinfo_samples import MESHES, SHAPE_POLICY, float32_ops, op_key
 from conformance.worker_process import LineWorker, WorkerGone, exit_with_parent
 
 SCHEMA = "parity-opinfo/1"
@@ -69,9 +72,6 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    from conformance.opinfo import summarize
-    from conformance.opinfo_samples import MESHES, SHAPE_POLICY
-
     for m in meshes:
         if m not in MESHES:
             raise KeyError(f"unknown mesh {m!r}; OpInfo meshes: {sorted(MESHES)}")
@@ -227,8 +227,6 @@ def totals(summary: dict) -> dict:
 
 
 def _torch_version() -> str:
-    import importlib.metadata
-
     return importlib.metadata.version("torch")
 
 
@@ -240,8 +238,6 @@ def _worker_main() -> int:
     sys.stdout = sys.stderr
     import torch
 
-    from conformance.opinfo import FAST, FULL, op_cases
-    from conformance.opinfo_samples import float32_ops, op_key
     from parity import torch_impl as ti
 
     torch.set_num_threads(1)
@@ -306,8 +302,6 @@ def cli_run(args) -> int:
     ``run_opinfo`` (``--op``, ``--mesh``, ``--limit`` = first N ops,
     ``--timeout`` per case, ``--full``; ``--raw`` = the dtensor column only).
     Exit 2 with one line for what does not apply; 130 when interrupted."""
-    from conformance.opinfo_samples import MESHES
-
     def refuse(message: str) -> int:
         print(f"parity run --source opinfo: {message}", file=sys.stderr)
         return 2
@@ -338,8 +332,6 @@ def cli_run(args) -> int:
 def print_report(report: dict, file=None) -> None:
     """The per-mesh table, the totals and the non-correct cases of the
     parity column (op, sample, mesh, layout, mode, class, reason)."""
-    from conformance.opinfo import print_table
-
     file = file or sys.stdout
     h = report["header"]
     print(f"OpInfo harness: {h['ops_finished']} of {h['ops']} ops, {len(report['cases'])} "

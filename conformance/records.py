@@ -26,13 +26,14 @@ import numpy as np
 import parity
 
 from conformance.catalogue import GRAD_CLASS, Op, get_op, tolerance
+from conformance.entries import ArrayRecord, CaseResult
 from conformance.errors import error_record
 from conformance.values import encode
 from parity.placement import Placement
 
 
 def array_record(values: np.ndarray, placement: Placement | None,
-                 rule: str | None) -> dict[str, Any]:
+                 rule: str | None) -> ArrayRecord:
     """Report form of one array. ``placement=None``: not distributed (a host
     operand's gradient, a plain tensor), so ``spec`` and ``shards`` are null."""
     values = np.asarray(values)
@@ -49,7 +50,7 @@ def array_record(values: np.ndarray, placement: Placement | None,
 
 
 def run_case(case: dict[str, Any], execute: Callable[[dict[str, Any], Op], dict[str, Any]],
-             device: str) -> dict[str, Any]:
+             device: str) -> CaseResult:
     """``execute(case, op)`` as a report entry: ``status``, ``error``,
     ``outputs``, ``grads`` (and ``notes``) from ``execute``, plus
     ``tolerance``, ``grad_tolerance`` (grad cases) and ``seconds``.
@@ -87,7 +88,7 @@ class CaseRunner(abc.ABC):
     backend: Any
     device: str
 
-    def run(self, case: dict[str, Any]) -> dict[str, Any]:
+    def run(self, case: dict[str, Any]) -> CaseResult:
         """The report entry of ``case`` (see ``run_case``)."""
         return run_case(case, self._execute, self.device)
 

@@ -14,16 +14,19 @@ import json
 import os
 import platform
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+import parity
+from conformance.catalogue import GRAD_CLASS, TOLERANCES
+from conformance.entries import CaseEntry
 
 SCHEMA = "parity.report/1"
 
 
 def versions() -> dict[str, str | None]:
     """Versions of torch, jax and parity, read without importing torch or jax."""
-    from importlib.metadata import PackageNotFoundError, version
-
     out: dict[str, str | None] = {}
     for name in ("torch", "jax", "jaxlib", "parity", "numpy"):
         try:
@@ -31,15 +34,11 @@ def versions() -> dict[str, str | None]:
         except PackageNotFoundError:
             out[name] = None
     if out["parity"] is None:  # run from a checkout on PYTHONPATH, not installed
-        import parity
-
         out["parity"] = parity.__version__
     return out
 
 
 def make_header(backend: str, column: str, device: str, mode: str, **extra: Any) -> dict[str, Any]:
-    from conformance.catalogue import GRAD_CLASS, TOLERANCES
-
     return {
         "schema": SCHEMA, "backend": backend, "column": column, "device": device,
         "mode": mode, "versions": versions(), "python": platform.python_version(),
@@ -76,7 +75,7 @@ class ReportWriter:
         self.header.update(facts)
         self._write({"header_update": facts})
 
-    def add(self, case_entry: dict[str, Any]) -> None:
+    def add(self, case_entry: CaseEntry) -> None:
         self._write(case_entry)
         self.count += 1
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import numpy as np
@@ -59,8 +60,6 @@ def setup(n_devices: int, device: str = "cpu") -> dict[str, Any]:
 
 
 def _version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(name)
     except PackageNotFoundError:

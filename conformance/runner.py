@@ -14,6 +14,7 @@ flushed to the report journal at once (see ``report``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import resource
@@ -22,14 +23,35 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
 
 from conformance.cases import Case
-from conformance.catalogue import tolerance
+from conformance.catalogue import get_op, tolerance
+from conformance.compiled import COLUMN, compile_header
+from conformance.entries import CaseEntry, CaseFields, CaseResult
 from conformance.report import ReportWriter, make_header
 from conformance.worker_process import LineWorker, WorkerGone
 
 READY_TIMEOUT_S = 300.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    """What ``run_cases`` did: cases written, how many ran ``ok`` and how many
+    are errors (``compile_error`` of them compile errors in the compiled
+    column, ``None`` elsewhere), wall seconds, the report's path, and whether
+    it was interrupted (Ctrl-C / SIGTERM)."""
+
+    cases: int
+    ok: int
+    error: int
+    compile_error: int | None
+    seconds: float
+    report: str
+    interrupted: bool
 
 
 class Worker(LineWorker):
@@ -52,9 +74,7 @@ class Worker(LineWorker):
         self.facts = self.ready.get("facts", {})
 
 
-def _failure(case: Case, kind: str, message: str, device: str) -> dict[str, Any]:
-    from conformance.catalogue import get_op
-
+def _failure(case: Case, kind: str, message: str, device: str) -> CaseResult:
     return {"status": "error", "outputs": [], "grads": [],
             "error": {"category": "other", "type": kind, "message": message},
             "tolerance": tolerance(get_op(case.op).tol, device)}
@@ -63,13 +83,13 @@ def _failure(case: Case, kind: str, message: str, device: str) -> dict[str, Any]
 def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool = False,
               device: str = "cpu", timeout: float = 60.0, progress: bool | str | None = "bar",
               on_case: Callable[[dict], None] | None = None,
-              compile_backend: str | None = None) -> dict[str, Any]:
+              compile_backend: str | None = None) -> RunSummary:
     """Run ``cases`` on ``backend`` and write the report ``out``.
 
     ``compile_backend`` (torch, not raw): the compiled column, each op inside
     ``torch.compile`` with that dynamo backend (``conformance.run_compiled``).
-    Returns a summary ``{"cases", "ok", "error", "seconds", "report"}`` (and
-    ``compile_error``, the errors that are compile errors, when compiled).
+    Returns a ``RunSummary`` (its ``compile_error``: the errors that are
+    compile errors, when compiled; else ``None``).
     Raises ``RuntimeError`` when the worker cannot start at all, and
     ``ValueError`` for ``compile_backend`` with ``raw`` or the JAX backend.
     """
@@ -79,14 +99,12 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
     column = "jax" if backend == "jax" else ("torch-raw" if raw else "torch")
     extra = {}
     if compile_backend:
-        from conformance.compiled import COLUMN, compile_header
-
         column, extra = COLUMN, {"compile": compile_header(compile_backend)}
     mode = "multiprocess" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "simulated"
     header = make_header(backend, column, device, mode, timeout_s=timeout,
                          case_count=len(cases), **extra)
     writer = ReportWriter(out, header)
-    log_path = Path(str(out) + ".log")
+    log_path = Path(str(out) + ".log")  # worker output; removed at the end when empty
     log = open(log_path, "w")
     started = time.monotonic()
     counts = {"ok": 0, "error": 0}
@@ -125,7 +143,7 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
                                       f"{log_path.name})", device)
                     result["seconds"] = round(time.monotonic() - t0, 4)
                 result.pop("id", None)
-                entry = {**case_fields(case), **result}
+                entry: CaseEntry = {**case_fields(case), **result}
                 entry.setdefault("seconds", round(time.monotonic() - t0, 4))
                 writer.add(entry)
                 counts[entry["status"]] = counts.get(entry["status"], 0) + 1
@@ -145,15 +163,18 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
             worker.kill()
         bar.stop()
         log.close()
+        if log_path.stat().st_size == 0:  # the workers said nothing: no empty log left
+            log_path.unlink()
         seconds = round(time.monotonic() - started, 2)
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # finished workers
         path = writer.close(interrupted=interrupted, seconds=seconds,
                             worker_cpu_seconds=round(usage.ru_utime + usage.ru_stime, 1))
-    return {"cases": writer.count, **counts, "seconds": seconds, "report": str(path),
-            "interrupted": interrupted}
+    return RunSummary(cases=writer.count, ok=counts["ok"], error=counts["error"],
+                      compile_error=counts.get("compile_error", 0) if compile_backend else None,
+                      seconds=seconds, report=str(path), interrupted=interrupted)
 
 
-def case_fields(case: Case) -> dict[str, Any]:
+def case_fields(case: Case) -> CaseFields:
     """The case as a report entry starts: id, op, mesh, inputs, kwargs, grad."""
     data = case.to_json()
     return {"id": data["id"], "op": data["op"], "mesh": data["mesh"],
@@ -173,10 +194,6 @@ class _progress:
         self.every = float(os.environ.get("PARITY_PROGRESS_EVERY_S", "30"))
         if enabled is not True and enabled != "bar":
             return
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
-
         console = Console(stderr=True)
         self.bar = Progress(TextColumn(f"[bold]{column:9}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[errors]} errors"), TimeElapsedColumn(),

@@ -15,6 +15,8 @@ import functools
 import sys
 from typing import Any
 
+import numpy as np
+
 from conformance.catalogue import get_op
 
 
@@ -27,7 +29,6 @@ def _jax_namespace() -> dict[str, Any] | None:
     try:
         import jax
         import jax.numpy as jnp
-        import numpy as np
     except ImportError:
         return None
     return {"jnp": jnp, "jax": jax, "lax": jax.lax, "nn": jax.nn, "np": np}

@@ -202,7 +202,7 @@ def json_schema() -> dict[str, Any]:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
         "title": "parity case file",
-        "description": "Generated from conformance/catalogue.py by "
+        "description": "Generated from conformance/catalogue/ by "
                        "`python -m conformance.case_docs`; see docs/case-format.md.",
         "type": "object",
         "required": ["cases"],

@@ -13,6 +13,7 @@ eager one). Without it the suite runs the three columns only.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -20,6 +21,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from conformance.arguments import Selection, check_writable, load_selected_cases
+from conformance.compare import HOLDS, compare_reports
+from conformance.compiled import compiled_vs_eager
+from conformance.entries import Comparison
+from conformance.html import write_html
+from conformance.report import load_report
+from conformance.summary import print_summary, write_comparison
 
 PROGRESS_EVERY_S = float(os.environ.get("PARITY_PROGRESS_EVERY_S", "30"))
 COLUMNS = {  # name -> (report file, parity run arguments)
@@ -30,29 +43,13 @@ COLUMNS = {  # name -> (report file, parity run arguments)
 COMPILED = "torch-compiled"
 
 
-def columns_for(args) -> dict[str, tuple[str, list[str]]]:
+def columns_for(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
     """The columns a suite run makes: ``COLUMNS``, plus the compiled column
     with ``--compile`` (its dynamo backend from ``--compile-backend``)."""
     if not getattr(args, "compile", False):
         return dict(COLUMNS)
     return {**COLUMNS, COMPILED: (f"{COMPILED}.json", [
         "--backend", "torch", "--compile", "--compile-backend", args.compile_backend])}
-
-
-def _selection_args(args) -> list[str]:
-    out = []
-    if args.cases:
-        out += ["--cases", *args.cases]
-    if args.mesh:
-        out += ["--mesh", args.mesh]
-    for op in args.op:
-        out += ["--op", op]
-    if args.pattern:
-        out += ["-k", args.pattern]
-    if args.limit:
-        out += ["--limit", str(args.limit)]
-    out += ["--timeout", str(args.timeout)]
-    return out
 
 
 def _journal_count(path: Path) -> int:
@@ -68,7 +65,7 @@ def _journal_count(path: Path) -> int:
     return 0
 
 
-def run_suite(args) -> int:
+def run_suite(args: argparse.Namespace) -> int:
     """``parity conformance``; SIGTERM stops it like Ctrl-C (exit 130)."""
 
     def on_term(signum, frame):  # SIGTERM: stop like Ctrl-C
@@ -84,16 +81,11 @@ def run_suite(args) -> int:
         signal.signal(signal.SIGTERM, old_term)
 
 
-def _run_suite(args) -> int:
-    from rich.console import Console
-
-    from conformance.cli import check_writable, load_selected_cases, print_summary, write_comparison
-    from conformance.compare import compare_reports
-    from conformance.report import load_report
-
+def _run_suite(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
     check_writable(out_dir / "summary.json", "--out-dir")
-    total = len(load_selected_cases(args))
+    selection = Selection.from_args(args)
+    total = len(load_selected_cases(selection))
     console = Console(stderr=True)
     started = time.monotonic()
     procs = {}
@@ -102,7 +94,7 @@ def _run_suite(args) -> int:
         path = out_dir / fname
         path.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "conformance.cli", "run", *extra, "--out", str(path),
-               "--quiet", *_selection_args(args)]
+               "--quiet", *selection.to_argv()]
         procs[name] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True), path)
     interrupted = False
@@ -142,8 +134,6 @@ def _run_suite(args) -> int:
     if COMPILED in columns:
         comparisons["parity compiled"] = _compiled_comparison(
             ref, out_dir / columns[COMPILED][0], comparisons["parity"], out_dir, interrupted)
-    from conformance.html import write_html
-
     write_html(comparisons, out_dir / "report.html")
     cpu = {name: load_report(path).get("worker_cpu_seconds") for name, (_, path) in procs.items()}
     summary = {"wall_seconds": round(wall, 1), "cases": total, "worker_cpu_seconds": cpu,
@@ -162,21 +152,35 @@ def _run_suite(args) -> int:
     if interrupted:
         console.print(f"[yellow]interrupted after {wall:.0f} s: the reports, comparisons and "
                       f"report.html in {out_dir}/ hold the cases that finished")
+    diverged = diverging_cases(comparisons["parity"])
+    if diverged and not interrupted:
+        console.print(f"[red]parity diverges from JAX in {diverged} cases "
+                      f"(parity-vs-jax.md lists them): exit 1")
+    return exit_status(comparisons, failed=failed, interrupted=interrupted)
+
+
+def diverging_cases(comparison: Comparison) -> int:
+    """How many cases of ``comparison`` have a verdict outside ``HOLDS``."""
+    return sum(n for verdict, n in comparison["summary"].items() if verdict not in HOLDS)
+
+
+def exit_status(comparisons: dict[str, Comparison], *, failed: bool,
+                interrupted: bool) -> int:
+    """The suite's exit status: 130 interrupted; 1 when the parity column
+    diverges from JAX (a verdict other than match / both-reject) or a
+    column's run failed; else 0. The raw DTensor (and compiled) columns are
+    informational: their verdicts never change the status."""
+    if interrupted:
         return 130
-    if args.strict and not comparisons["parity"]["ok"]:
+    if not comparisons["parity"]["ok"] or failed:
         return 1
-    return 1 if failed else 0
+    return 0
 
 
 def _compiled_comparison(ref: dict, path: Path, eager: dict, out_dir: Path,
                          interrupted: bool) -> dict:
     """The compiled column against JAX, with ``compiled_vs_eager`` (beside
     the eager parity comparison ``eager``); written as compiled-vs-jax.*."""
-    from conformance.cli import write_comparison
-    from conformance.compare import compare_reports
-    from conformance.compiled import compiled_vs_eager
-    from conformance.report import load_report
-
     comparison = compare_reports(ref, load_report(path))
     comparison["interrupted"] = interrupted
     comparison["compiled_vs_eager"] = compiled_vs_eager(eager, comparison)
@@ -188,9 +192,6 @@ def _compiled_comparison(ref: dict, path: Path, eager: dict, out_dir: Path,
 def _watch(procs: dict, total: int, console) -> None:
     """Wait for the three runs: a progress bar with ETA on a terminal, else
     one line every ``PROGRESS_EVERY_S`` seconds (done/total, elapsed, ETA)."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
     started = last_line = time.monotonic()
     with Progress(TextColumn("[bold]{task.description:10}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,

@@ -16,6 +16,8 @@ import os
 import sys
 import time
 
+from conformance import run_jax  # imports JAX only when a case runs
+from conformance.compiled import compile_header
 from conformance.worker_process import exit_with_parent
 
 
@@ -35,17 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout = sys.stderr
 
     if args.backend == "jax":
-        from conformance import run_jax
-
         facts = run_jax.setup(args.devices, args.device)
         runner = run_jax.JaxRunner(args.devices, args.device)
         stack = None
     else:
-        from conformance import run_torch
+        from conformance import run_torch  # imports torch
 
         stack, facts = run_torch.setup(args.devices, args.device, raw=args.raw)
         if args.compile:
-            from conformance.compiled import compile_header
             from conformance.run_compiled import CompiledTorchRunner
 
             runner = CompiledTorchRunner(args.devices, args.device, backend=args.compile)

@@ -15,6 +15,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -86,8 +87,6 @@ class LineWorker:
 def exit_with_parent() -> None:
     """In a worker: end this process when the runner that feeds it dies
     (even by SIGKILL), so a killed run leaves no worker behind, hung or not."""
-    import threading
-
     parent = os.getppid()
 
     def watch() -> None:

@@ -23,6 +23,9 @@ if "RANK" in os.environ:                        # 5. devices: torchrun ranks ...
 else:                                           #    ... or 8 simulated ones
     devices_ready = torch_impl.simulate(8)
 
+keras.utils.set_random_seed(0)  # same initial weights every run (and on every rank):
+                                #    the printed losses are reproducible
+
 with devices_ready:
     devices = keras.distribution.list_devices()
     mesh = keras.distribution.DeviceMesh((2, len(devices) // 2), ["batch", "model"], devices)

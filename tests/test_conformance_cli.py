@@ -16,7 +16,7 @@ from parity.cli import main
     (["--limit", "0"], "--limit: 0 must be at least 1"),
     (["--timeout", "-1"], "--timeout: -1 must be more than 0 seconds"),
     (["--mesh", "2by4"], "--mesh '2by4' is not a mesh shape"),
-    (["--op", "matmull"], "--op 'matmull' is not in the catalogue"),
+    (["--op", "matmull"], "--op 'matmull' is not an op of the catalogue; did you mean matmul"),
     (["--mesh", "3x3"], "the selection (--mesh 3x3) matches none of the"),
     (["-k", "zzz"], "the selection (-k 'zzz') matches none of the"),
     (["--op", "matmul", "-k", "zzz"], "the selection (--op matmul -k 'zzz') matches none"),
@@ -134,3 +134,122 @@ def test_sigterm_in_conformance_keeps_finished_cases_and_writes_comparison_and_h
     comparison = json.loads((out / "parity-vs-jax.json").read_text())
     assert comparison["interrupted"] is True and comparison["total"] >= 1
     assert (out / "report.html").exists() and "interrupted" in output
+
+
+# The front door (issue 22, item 6): each defect found by trying the CLI as a new user.
+
+def test_an_out_that_is_a_directory_is_refused_before_any_case_runs(tmp_path, capsys):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    assert main(["run", "--backend", "jax", "--op", "matmul", "--out", str(reports)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--out {str(reports)!r} is a directory; name a file in it" in err, err
+    assert len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"]  # no .tmp/.partial/.log
+    assert list(reports.iterdir()) == []
+
+
+def test_an_out_under_a_regular_file_is_refused_naming_the_file(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    out = notes / "x.json"
+    assert main(["run", "--backend", "jax", "--op", "neg", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"lies under {str(notes)!r}, which is a file, not a directory" in err, err
+    assert len(err.splitlines()) == 1 and "File exists" not in err
+    assert notes.read_text() == "mine"
+
+
+def test_an_out_dir_that_is_a_file_is_refused_by_conformance(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    assert main(["conformance", "--op", "neg", "--out-dir", str(notes)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "which is a file, not a directory" in err and len(err.splitlines()) == 1, err
+
+
+def test_an_unknown_op_in_a_case_file_suggests_the_closest_names_not_the_list(tmp_path, capsys):
+    from conformance.catalogue import OPS
+
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps({"cases": [{"id": "x", "op": "matmull", "mesh": {"shape": [8]},
+                                            "inputs": [{"shape": [8], "layout": [None]}]}]}))
+    assert main(["run", "--backend", "jax", "--cases", str(cases),
+                 "--out", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'matmull' is not an op of the catalogue; did you mean matmul" in err, err
+    assert len(err.splitlines()) == 1
+    listed = [name for name in OPS if f" {name}," in err or f" {name} " in err]
+    assert len(listed) <= 3, listed  # the closest few, never all the ops inline
+
+
+def test_an_unknown_op_flag_suggests_the_closest_name(tmp_path, capsys):
+    assert main(["run", "--backend", "jax", "--op", "sofmax", "--out",
+                 str(tmp_path / "r.json")]) == 2
+    assert "did you mean softmax" in capsys.readouterr().err
+
+
+def _verdicts(verdict_ids):
+    """A comparison whose cases have the given ids, the reference holding and
+    the candidate differing on the ids in ``verdict_ids['differs']``."""
+    ids = verdict_ids["holds"] + verdict_ids["differs"]
+    ref = _report("jax", *ids)
+    cand = _report("torch", *ids)
+    for case in cand["cases"]:
+        if case["id"] in verdict_ids["differs"]:
+            case.update(status="error", error={"category": "indivisible", "type": "X",
+                                               "message": "m"})
+    return compare_reports(ref, cand)
+
+
+def test_conformance_exits_1_when_the_parity_column_diverges_and_not_for_raw():
+    from conformance.suite import exit_status
+
+    holds = _verdicts({"holds": ["a", "b"], "differs": []})
+    differs = _verdicts({"holds": ["a"], "differs": ["b"]})
+    assert holds["ok"] and not differs["ok"]
+    assert exit_status({"parity": holds, "raw DTensor": holds}, failed=False,
+                       interrupted=False) == 0
+    assert exit_status({"parity": differs, "raw DTensor": holds}, failed=False,
+                       interrupted=False) == 1
+    assert exit_status({"parity": holds, "raw DTensor": differs}, failed=False,
+                       interrupted=False) == 0  # the raw column is informational
+    assert exit_status({"parity": holds, "raw DTensor": holds}, failed=True,
+                       interrupted=False) == 1
+    assert exit_status({"parity": differs, "raw DTensor": holds}, failed=False,
+                       interrupted=True) == 130
+
+
+def test_conformance_help_says_a_diverging_parity_column_exits_1(capsys):
+    assert main(["conformance", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the parity column diverges from JAX (conformance; the raw DTensor column is " \
+           "informational)" in out
+
+
+def test_docs_cli_md_is_generated_from_the_parser_and_current():
+    from conformance import cli_docs
+
+    assert cli_docs.main(["--check"]) == 0, "run: python -m conformance.cli_docs"
+    text = cli_docs.DOC.read_text()
+    for flag in ("--skip-without-gpu", "--out-dir", "--strict", "--source"):
+        assert f"`{flag}`" in text
+    assert "130  interrupted" in text and "3    --device cuda" in text
+
+
+def test_python_dash_m_parity_is_the_console_script():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "parity", "conformance", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--out-dir" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--json", "--md", "--html"])
+def test_compare_refuses_an_output_that_is_a_directory_before_reading(flag, tmp_path, capsys):
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(_report("jax", "x")))
+    assert main(["compare", str(a), str(a), flag, str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{flag} {str(tmp_path)!r} is a directory" in err and len(err.splitlines()) == 1

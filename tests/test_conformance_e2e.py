@@ -114,10 +114,55 @@ def test_raw_dtensor_shows_what_it_gets_wrong(reports):
     assert verdicts["all_reduce/model"] == "error-differs"
 
 
-def test_cuda_run_skips_cleanly_without_a_gpu(tmp_path):
+def test_cuda_without_a_gpu_exits_3_unless_asked_to_skip(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
-        pytest.skip("a GPU is present; the skip path does not apply")
+        pytest.skip("a GPU is present; the no-GPU path does not apply")
     proc = parity("run", "--backend", "torch", "--device", "cuda", "--op", "neg",
-                  "--out", str(tmp_path / "r.json"))
-    assert "no CUDA device" in proc.stdout and not (tmp_path / "r.json").exists()
+                  "--out", str(tmp_path / "r.json"), check=False)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "no CUDA device is visible" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert not (tmp_path / "r.json").exists()
+    proc = parity("run", "--backend", "torch", "--device", "cuda", "--op", "neg",
+                  "--skip-without-gpu", "--out", str(tmp_path / "r.json"))
+    assert "skipping" in proc.stdout and not (tmp_path / "r.json").exists()
+
+
+def test_no_run_leaves_an_empty_log(reports):
+    for name in ("jax", "torch", "raw"):
+        log = reports / f"{name}.json.log"
+        assert not log.exists() or log.stat().st_size > 0, f"{log} is empty"
+
+
+def _fits(obj: dict, typed) -> None:
+    keys = set(obj)
+    assert typed.__required_keys__ <= keys, (typed.__name__, typed.__required_keys__ - keys)
+    assert keys <= typed.__required_keys__ | typed.__optional_keys__, (
+        typed.__name__, keys - typed.__required_keys__ - typed.__optional_keys__)
+
+
+def test_every_report_entry_is_the_typed_record_conformance_entries_declares(reports):
+    from conformance.entries import ArrayRecord, CaseEntry, ErrorRecord, Tolerance
+
+    for name in ("jax", "torch", "raw"):
+        for entry in load_report(reports / f"{name}.json")["cases"]:
+            _fits(entry, CaseEntry)
+            _fits(entry["tolerance"], Tolerance)
+            for array in entry["outputs"] + entry["grads"]:
+                _fits(array, ArrayRecord)
+            if entry["error"] is not None:
+                _fits(entry["error"], ErrorRecord)
+
+
+def test_every_comparison_row_is_the_typed_record_conformance_entries_declares(reports):
+    from conformance.entries import CaseSide, Comparison, VerdictRow
+
+    parity("compare", str(reports / "jax.json"), str(reports / "torch.json"),
+           "--json", str(reports / "typed.json"), check=False)
+    comparison = json.loads((reports / "typed.json").read_text())
+    _fits(comparison, Comparison)
+    assert len(comparison["cases"]) == len(USER_CASES["cases"])
+    for row in comparison["cases"]:
+        _fits(row, VerdictRow)
+        for side in (row["reference"], row["candidate"]):
+            _fits(side, CaseSide)

@@ -1,4 +1,6 @@
-"""Elementwise JAX twins of OpInfo ops: unary math and activations, binary
+"""Elementwise ops (groups ``unary`` and ``binary``): the broad entries
+(several shape sets, broadcasting, host-array and Python-scalar operands)
+and the JAX twins of PyTorch OpInfo ops: unary math and activations, binary
 math, comparisons, logical and bitwise ops.
 
 Domains: an op defined on part of the line takes its input from a domain
@@ -9,7 +11,51 @@ elementwise multiply on both sides, so the op itself is what is compared.
 
 from __future__ import annotations
 
-from conformance.catalogue_ops import NEW_BUDGET
+from conformance.catalogue.entry import (BOOL, F32, M2, NONZERO, POS, SMALL,
+                                         TWIN_BUDGET, Arg, M2x2, Op, ShapeSet)
+
+_BROAD_UNARY = [
+    ("neg", "jnp.negative(a)", "torch.neg(a)", F32, "exact"),
+    ("abs", "jnp.abs(a)", "torch.abs(a)", F32, "exact"),
+    ("exp", "jnp.exp(a)", "torch.exp(a)", F32, "transcendental"),
+    ("log", "jnp.log(a)", "torch.log(a)", POS, "transcendental"),
+    ("sqrt", "jnp.sqrt(a)", "torch.sqrt(a)", POS, "transcendental"),
+    ("square", "jnp.square(a)", "torch.square(a)", F32, "elementwise"),
+    ("tanh", "jnp.tanh(a)", "torch.tanh(a)", F32, "transcendental"),
+    ("sigmoid", "nn.sigmoid(a)", "torch.sigmoid(a)", F32, "transcendental"),
+    ("relu", "nn.relu(a)", "torch.relu(a)", F32, "exact"),
+    ("gelu", "nn.gelu(a, approximate=False)", "F.gelu(a)", F32, "transcendental"),
+]
+
+_BROAD_BINARY = [
+    ("add", "jnp.add(a, b)", "torch.add(a, b)", (F32, F32), "elementwise"),
+    ("subtract", "jnp.subtract(a, b)", "torch.sub(a, b)", (F32, F32), "elementwise"),
+    ("multiply", "jnp.multiply(a, b)", "torch.mul(a, b)", (F32, F32), "elementwise"),
+    ("divide", "jnp.divide(a, b)", "torch.div(a, b)", (F32, NONZERO), "elementwise"),
+    # torch.maximum takes tensors only; with a Python scalar a torch user clamps.
+    ("maximum", "jnp.maximum(a, b)",
+     "torch.clamp(a, min=b) if isinstance(b, (int, float)) else torch.maximum(a, b)",
+     (F32, F32), "exact"),
+    ("minimum", "jnp.minimum(a, b)",
+     "torch.clamp(a, max=b) if isinstance(b, (int, float)) else torch.minimum(a, b)",
+     (F32, F32), "exact"),
+    ("power", "jnp.power(a, b)", "torch.pow(a, b)", (POS, SMALL), "transcendental"),
+]
+
+
+def _broad() -> list[Op]:
+    ops = [Op(name, "unary", jx, tx, (arg,), M2, tol=tol, budget=(3, 6, 6))
+           for name, jx, tx, arg, tol in _BROAD_UNARY]
+    ops += [Op(name, "binary", jx, tx, args, M2x2, tol=tol, mixed=True, budget=(4, 6, 6))
+            for name, jx, tx, args, tol in _BROAD_BINARY]
+    ops.append(Op(
+        "where", "binary", "jnp.where(a, b, c)", "torch.where(a, b, c)", (BOOL, F32, F32),
+        (ShapeSet("div", ((8, 16), (8, 16), (8, 16))),
+         ShapeSet("bcast", ((8, 16), (8, 16), (16,))),
+         ShapeSet("indiv", ((6, 10), (6, 10), (6, 10)), False)),
+        tol="exact", mixed=True, budget=(4, 6, 6)))
+    return ops
+
 
 # (name, jax, torch, domain, tolerance class, differentiable)
 _UNARY = [
@@ -129,31 +175,31 @@ _BITWISE = [
 ]
 
 
-def ops() -> list:
-    """The elementwise entries (group ``unary`` / ``binary``)."""
-    from conformance.catalogue import Arg, Op, ShapeSet
-
+def _opinfo_twins() -> list[Op]:
     one = (ShapeSet("div", ((8, 16),)),)
     two = (ShapeSet("div", ((8, 16), (8, 16))), ShapeSet("bcast", ((8, 16), (16,))))
     out = []
     for name, jx, tx, domain, tol, grad in _UNARY:
         out.append(Op(name, "unary", jx, tx, (Arg(domain=domain),), one, tol=tol, grad=grad,
-                      budget=NEW_BUDGET))
+                      budget=TWIN_BUDGET))
     for name, jx, tx, (da, db), tol, grad in _BINARY:
         out.append(Op(name, "binary", jx, tx, (Arg(domain=da), Arg(domain=db)), two, tol=tol,
-                      grad=grad, budget=NEW_BUDGET))
+                      grad=grad, budget=TWIN_BUDGET))
     for name, jx, tx in _LOGICAL:
         out.append(Op(name, "binary", jx, tx, (Arg("bool", "bool"), Arg("bool", "bool")), two,
-                      tol="exact", grad=False, budget=NEW_BUDGET))
+                      tol="exact", grad=False, budget=TWIN_BUDGET))
     out.append(Op("logical_not", "unary", "jnp.logical_not(a)", "torch.logical_not(a)",
-                  (Arg("bool", "bool"),), one, tol="exact", grad=False, budget=NEW_BUDGET))
+                  (Arg("bool", "bool"),), one, tol="exact", grad=False, budget=TWIN_BUDGET))
     small_int = Arg("int32", "index:8")
     for name, jx, tx in _BITWISE:
         out.append(Op(name, "binary", jx, tx, (small_int, Arg("int32", "index:4")), two,
-                      tol="exact", grad=False, budget=NEW_BUDGET))
+                      tol="exact", grad=False, budget=TWIN_BUDGET))
     out.append(Op("bitwise_not", "unary", "jnp.bitwise_not(a)", "torch.bitwise_not(a)",
-                  (small_int,), one, tol="exact", grad=False, budget=NEW_BUDGET))
+                  (small_int,), one, tol="exact", grad=False, budget=TWIN_BUDGET))
     out.append(Op("clamp_tensor", "binary", "jnp.clip(a, b, b + 1.0)",
                   "torch.clamp(a, b, b + 1.0)", (Arg(), Arg()), two, tol="exact",
-                  budget=NEW_BUDGET, doc="clamp with tensor bounds [b, b + 1]"))
+                  budget=TWIN_BUDGET, doc="clamp with tensor bounds [b, b + 1]"))
     return out
+
+
+OPS: tuple[Op, ...] = (*_broad(), *_opinfo_twins())

@@ -1,4 +1,6 @@
-"""Reductions, scans, sorting and selection: JAX twins of OpInfo ops.
+"""Reductions, scans, sorting and selection (group ``reduction``): the broad
+entries (each over axis 0, axis 1 keeping dims, and all axes; divisible and
+indivisible shapes) and the JAX twins of PyTorch OpInfo ops.
 
 Defaults that differ between the libraries are written on both sides:
 ``std``/``var`` use ``ddof=0`` / ``correction=0``; ``quantile`` is linear
@@ -9,7 +11,41 @@ function); ``argsort`` is stable on both.
 
 from __future__ import annotations
 
-from conformance.catalogue_ops import NEW_BUDGET
+from conformance.catalogue.entry import F32, M2, POS, TWIN_BUDGET, Arg, Op, ShapeSet
+
+_REDUCE_VARIANTS = (
+    {"axis": 0, "keepdims": False},
+    {"axis": 1, "keepdims": True},
+    {"axis": None, "keepdims": False},
+)
+
+_BROAD = [
+    ("sum", "jnp.sum(a, axis=axis, keepdims=keepdims)",
+     "torch.sum(a, dim=axis, keepdim=keepdims)", F32, "reduction", True),
+    ("mean", "jnp.mean(a, axis=axis, keepdims=keepdims)",
+     "torch.mean(a, dim=axis, keepdim=keepdims)", F32, "reduction", True),
+    ("max", "jnp.max(a, axis=axis, keepdims=keepdims)",
+     "torch.amax(a, dim=() if axis is None else axis, keepdim=keepdims)", F32, "exact", True),
+    ("min", "jnp.min(a, axis=axis, keepdims=keepdims)",
+     "torch.amin(a, dim=() if axis is None else axis, keepdim=keepdims)", F32, "exact", True),
+    ("prod", "jnp.prod(a, axis=axis, keepdims=keepdims)",
+     "torch.prod(a) if axis is None else torch.prod(a, dim=axis, keepdim=keepdims)",
+     POS, "reduction", True),
+    ("argmax", "jnp.argmax(a, axis=axis, keepdims=keepdims)",
+     "torch.argmax(a, dim=axis, keepdim=keepdims)", F32, "exact", False),
+    ("logsumexp", "nn.logsumexp(a, axis=axis, keepdims=keepdims)",
+     "torch.logsumexp(a, dim=tuple(range(a.ndim)) if axis is None else axis, keepdim=keepdims)",
+     F32, "reduction", True),
+    ("var", "jnp.var(a, axis=axis, keepdims=keepdims)",
+     "torch.var(a, dim=axis, keepdim=keepdims, correction=0)", F32, "reduction", True),
+]
+
+
+
+def _broad() -> list[Op]:
+    return [Op(name, "reduction", jx, tx, (arg,), M2, _REDUCE_VARIANTS, tol=tol, grad=grad,
+               budget=(2, 3, 3)) for name, jx, tx, arg, tol, grad in _BROAD]
+
 
 _AXES = ({"axis": 0, "keepdims": False}, {"axis": 1, "keepdims": True},
          {"axis": None, "keepdims": False})
@@ -63,22 +99,22 @@ _REDUCTIONS = [
 ]
 
 
-def ops() -> list:
-    """The reduction, scan and sort entries (group ``reduction``)."""
-    from conformance.catalogue import Arg, Op, ShapeSet
-
+def _opinfo_twins() -> list[Op]:
     one = (ShapeSet("div", ((8, 16),)),)
     out = []
     for name, jx, tx, domain, variants, tol, grad in _REDUCTIONS:
         arg = Arg("bool", "bool") if domain == "bool" else Arg(domain=domain)
         out.append(Op(name, "reduction", jx, tx, (arg,), one, variants, tol=tol, grad=grad,
-                      budget=NEW_BUDGET))
+                      budget=TWIN_BUDGET))
     out.append(Op("bincount", "reduction", "jnp.bincount(a, length=8)",
                   "torch.bincount(a, minlength=8)", (Arg("int32", "index:8"),),
-                  (ShapeSet("div", ((64,),)),), tol="exact", grad=False, budget=NEW_BUDGET,
+                  (ShapeSet("div", ((64,),)),), tol="exact", grad=False, budget=TWIN_BUDGET,
                   doc="counts of values in [0, 8): the output length is fixed on both sides"))
     out.append(Op("searchsorted", "reduction", "jnp.searchsorted(jnp.sort(a), b)",
                   "torch.searchsorted(torch.sort(a).values, b)", (Arg(), Arg()),
                   (ShapeSet("div", ((16,), (8, 16))),), tol="exact", grad=False,
-                  budget=NEW_BUDGET, doc="insertion points of b in sorted(a)"))
+                  budget=TWIN_BUDGET, doc="insertion points of b in sorted(a)"))
     return out
+
+
+OPS: tuple[Op, ...] = (*_broad(), *_opinfo_twins())

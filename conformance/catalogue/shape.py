@@ -1,5 +1,7 @@
-"""Data movement and indexing: JAX twins of OpInfo shape, gather and
-scatter ops. All exact.
+"""Data movement and indexing (group ``shape``): the broad entries (reshape,
+transpose, concatenate, split, slice, pad...: divisible and indivisible
+shapes) and the JAX twins of PyTorch OpInfo shape, gather and scatter ops.
+Exact, except sums that round differently in another order (noted below).
 
 Index inputs are ``int32`` in ``[0, N)`` with ``N`` the indexed dim's size;
 torch's index ops want ``int64``, so the torch side calls ``.long()`` (a
@@ -8,7 +10,7 @@ cast, not part of the op under test).
 
 from __future__ import annotations
 
-from conformance.catalogue_ops import NEW_BUDGET
+from conformance.catalogue.entry import F32, M2, TWIN_BUDGET, Arg, Op, ShapeSet
 
 _AXIS = ({"axis": 0}, {"axis": 1})
 
@@ -80,9 +82,42 @@ _MULTI = [
 ]
 
 
-def _arg(kind: str):
-    from conformance.catalogue import Arg
+def _broad() -> list[Op]:
+    """Pure data movement: exact."""
+    ops: list[Op] = []
 
+    def shape_op(name, jx, tx, shape_sets, variants=({},), **kw):
+        ops.append(Op(name, "shape", jx, tx, kw.pop("args", (F32,)), shape_sets, variants,
+                      tol="exact", **{"budget": (3, 6, 6), **kw}))
+
+    shape_op("reshape", "jnp.reshape(a, shape)", "torch.reshape(a, shape)",
+             (ShapeSet("div", ((8, 16),)), ShapeSet("indiv", ((6, 10),), False)),
+             ({"shape": [-1]}, {"shape": [2, 4, -1]}, {"shape": [16, -1]}))
+    shape_op("flatten", "jnp.reshape(a, (a.shape[0], -1))", "torch.flatten(a, 1)",
+             (ShapeSet("div", ((8, 8, 16),)),), budget=(4, 10, 10))
+    shape_op("transpose", "jnp.transpose(a)", "torch.transpose(a, 0, 1)", M2, budget=(3, 11, 8))
+    shape_op("permute", "jnp.transpose(a, perm)", "torch.permute(a, perm)",
+             (ShapeSet("div", ((8, 8, 16),)),), ({"perm": [2, 0, 1]}, {"perm": [1, 0, 2]}),
+             budget=(4, 8, 8))
+    shape_op("squeeze", "jnp.squeeze(a, axis=axis)", "torch.squeeze(a, dim=axis)",
+             (ShapeSet("div", ((8, 1, 16),)),), ({"axis": 1},), budget=(3, 11, 10))
+    shape_op("expand_dims", "jnp.expand_dims(a, axis)", "torch.unsqueeze(a, axis)", M2,
+             ({"axis": 0}, {"axis": 2}))
+    shape_op("concatenate", "jnp.concatenate([a, b], axis=axis)", "torch.cat([a, b], dim=axis)",
+             (ShapeSet("div", ((8, 16), (8, 16))), ShapeSet("indiv", ((6, 10), (6, 10)), False)),
+             ({"axis": 0}, {"axis": 1}), args=(F32, F32), budget=(4, 8, 8))
+    shape_op("stack", "jnp.stack([a, b], axis=axis)", "torch.stack([a, b], dim=axis)",
+             (ShapeSet("div", ((8, 16), (8, 16))),), ({"axis": 0}, {"axis": 2}),
+             args=(F32, F32), budget=(4, 8, 8))
+    shape_op("split", "tuple(jnp.split(a, sections, axis=axis))",
+             "tuple(torch.tensor_split(a, sections, dim=axis))", M2,
+             ({"sections": 2, "axis": 0}, {"sections": 4, "axis": 1}))
+    shape_op("slice", "a[1:5, 2:]", "a[1:5, 2:]", M2, budget=(3, 8, 8))
+    shape_op("pad", "jnp.pad(a, ((1, 2), (0, 3)))", "F.pad(a, (0, 3, 1, 2))", M2)
+    return ops
+
+
+def _arg(kind: str) -> Arg:
     if kind == "f":
         return Arg()
     if kind == "b":
@@ -101,20 +136,20 @@ def _kinds(text: str) -> list[str]:
     return out
 
 
-def ops() -> list:
-    """The data-movement and indexing entries (group ``shape``)."""
-    from conformance.catalogue import Op, ShapeSet
-
+def _opinfo_twins() -> list[Op]:
     out = []
     for name, jx, tx, shapes, variants, grad in _ONE:
         # trace sums the diagonal: the order of a sharded sum rounds differently
         out.append(Op(name, "shape", jx, tx, (_arg("f"),), (ShapeSet("div", shapes),), variants,
                       tol="reduction" if name == "trace" else "exact", grad=grad,
-                      budget=NEW_BUDGET))
+                      budget=TWIN_BUDGET))
     for name, jx, tx, shapes, kinds, variants in _MULTI:
         args = tuple(_arg(k) for k in _kinds(kinds))
         # duplicate indices add in an order neither library fixes: rounding
         tol = "reduction" if name in ("index_add", "scatter_add") else "exact"
         out.append(Op(name, "shape", jx, tx, args, (ShapeSet("div", shapes),), variants,
-                      tol=tol, budget=NEW_BUDGET))
+                      tol=tol, budget=TWIN_BUDGET))
     return out
+
+
+OPS: tuple[Op, ...] = (*_broad(), *_opinfo_twins())

@@ -25,11 +25,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
-# Pages another branch adds (house-conf generates docs/cli.md): checked
-# when present; remove a name here once it has landed.
-LANDING_ELSEWHERE = {"docs/cli.md"}
-
-
 def blocks(text: str, lang: str) -> list[tuple[int, str]]:
     """``(line number, code)`` of each fenced block in ``lang``."""
     found = []
@@ -127,7 +122,7 @@ def test_every_relative_link_points_at_a_file():
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README)
     relative = [link for link in links if not re.match(r"[a-z]+:", link)]
     assert relative
-    missing = [link for link in relative if not (ROOT / link).exists() and link not in LANDING_ELSEWHERE]
+    missing = [link for link in relative if not (ROOT / link).exists()]
     assert not missing, missing
 
 

@@ -25,6 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
+
 def blocks(text: str, lang: str) -> list[tuple[int, str]]:
     """``(line number, code)`` of each fenced block in ``lang``."""
     found = []

@@ -34,3 +34,10 @@ def test_every_framework_extra_names_a_version_floor():
     for framework in ("torch", "jax", "keras"):
         assert any(re.fullmatch(rf"{framework}>=[\d.]+", req) for req in extras[framework]), \
             extras[framework]
+
+
+def test_the_license_is_declared_and_shipped():
+    assert PROJECT["license"] == "Apache-2.0"
+    root = Path(__file__).resolve().parents[1]
+    assert all((root / name).is_file() for name in PROJECT["license-files"])
+    assert "Apache License" in (root / "LICENSE").read_text()

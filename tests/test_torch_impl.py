@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import parity
 from parity.layout_space import all_specs
-from parity.torch_impl.placements import to_placements, to_spec
+from parity.torch_impl.layouts.placements import to_placements, to_spec
 
 
 def host_array(shape, seed=0):
@@ -341,7 +341,7 @@ def test_scalar_variable_keeps_rank_zero(sim8):
 
 
 def test_ranks_use_nccl_only_when_each_local_rank_has_a_gpu(monkeypatch):
-    from parity.torch_impl import devices
+    from parity.torch_impl.runtime import devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -353,7 +353,7 @@ def test_ranks_use_nccl_only_when_each_local_rank_has_a_gpu(monkeypatch):
 
 
 def test_ranks_use_gloo_without_cuda(monkeypatch):
-    from parity.torch_impl import devices
+    from parity.torch_impl.runtime import devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert not devices._one_gpu_per_local_rank({"LOCAL_WORLD_SIZE": "1"})

@@ -25,9 +25,10 @@ from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 from torch.distributed.tensor import DTensor
 
 import parity
-from parity.torch_impl import distribute as _dist
-from parity.torch_impl import devices, meshes
-from parity.torch_impl.tensors import placements_of, require_layout
+from parity.torch_impl.arrays import distribute as _dist
+from parity.torch_impl.runtime import devices
+from parity.torch_impl.layouts import meshes
+from parity.torch_impl.layouts.tensors import placements_of, require_layout
 
 __all__ = [
     "TorchSharding",

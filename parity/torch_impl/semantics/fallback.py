@@ -80,7 +80,7 @@ from torch.distributed.tensor.experimental import implicit_replication
 from torch.utils._pytree import tree_map
 
 from parity.errors import UnsupportedOpError
-from parity.torch_impl.distribute import first_rank_value
+from parity.torch_impl.arrays.distribute import first_rank_value
 from parity.torch_impl.semantics import pending
 from parity.torch_impl.semantics import specs as S
 from parity.torch_impl.semantics.rules.registry import torch_ops

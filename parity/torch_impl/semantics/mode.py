@@ -265,7 +265,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         # np.asarray(x), and numpy's side of ``x * ndarray`` (torch's operator
         # gives up on an ndarray before any __torch_function__): the global
         # array, as np.asarray does on a jax.Array.
-        from parity.torch_impl.distribute import to_numpy
+        from parity.torch_impl.arrays.distribute import to_numpy
 
         array = to_numpy(args[0])
         dtype = args[1] if len(args) > 1 else kwargs.get("dtype")

@@ -19,7 +19,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from parity.torch_impl.semantics import specs as S
-from parity.torch_impl.tensors import resolve_pending
+from parity.torch_impl.layouts.tensors import resolve_pending
 
 # Deferred tensors carry this attribute; describe/to_local look for it.
 DEFERRED_ATTR = "_parity_deferred"

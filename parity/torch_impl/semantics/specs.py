@@ -3,7 +3,7 @@
 A spec is JAX's ``PartitionSpec`` as parity writes it: one tuple of mesh-axis
 names per tensor dim, ``()`` for replicated. ``spec_and_pending(x)`` reads it
 from a DTensor; ``placements_for(spec, mesh)`` gives the DTensor placements
-back (strided shards included, see ``parity.torch_impl.placements``).
+back (strided shards included, see ``parity.torch_impl.layouts.placements``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from torch.distributed.tensor.placement_types import _StridedShard
 from parity import sharding_rules as R
 from parity.errors import LayoutError
 from parity.layout import Spec
-from parity.torch_impl.placements import to_placements
-from parity.torch_impl.torch_compat import traced_through
-from parity.torch_impl.meshes import mesh_axis_names
-from parity.torch_impl.tensors import spec_of as spec_of_dtensor
+from parity.torch_impl.layouts.placements import to_placements
+from parity.torch_impl.runtime.torch_compat import traced_through
+from parity.torch_impl.layouts.meshes import mesh_axis_names
+from parity.torch_impl.layouts.tensors import spec_of as spec_of_dtensor
 
 
 @traced_through  # pure: dynamo may trace the function itself

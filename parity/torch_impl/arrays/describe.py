@@ -10,9 +10,9 @@ from torch.distributed.tensor import Shard
 from parity.errors import IndivisibleError
 from parity.layout import TensorLayout, mesh_coords
 from parity.placement import Placement
-from parity.torch_impl import meshes
-from parity.torch_impl.distribute import require_dtensor
-from parity.torch_impl.tensors import resolve_pending, spec_of
+from parity.torch_impl.layouts import meshes
+from parity.torch_impl.arrays.distribute import require_dtensor
+from parity.torch_impl.layouts.tensors import resolve_pending, spec_of
 
 
 def describe(x: Any) -> Placement:

@@ -32,11 +32,11 @@ from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.placement_types import Placement
 
-from parity.torch_impl import state
-from parity.torch_impl.group_ops import Group, all_gather_block
-from parity.torch_impl.meshes import mesh_axis_names
-from parity.torch_impl.tensors import result_spec, spec_of
-from parity.torch_impl.torch_compat import flatten_registry
+from parity.torch_impl.runtime import state
+from parity.torch_impl.collectives.blocks import Group, all_gather_block
+from parity.torch_impl.layouts.meshes import mesh_axis_names
+from parity.torch_impl.layouts.tensors import result_spec, spec_of
+from parity.torch_impl.runtime.torch_compat import flatten_registry
 
 # (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
 # unique; name is the flattened mesh's name (None for a single mesh dim).

@@ -23,7 +23,7 @@ import torch.distributed._functional_collectives as funcol
 from torch.distributed import distributed_c10d as c10d
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 
-from parity.torch_impl.torch_compat import (
+from parity.torch_impl.runtime.torch_compat import (
     dist_all_gather_single,
     dist_reduce_scatter_single,
     funcol_all_gather_single,

@@ -14,9 +14,10 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from parity.errors import LayoutError, ParityError
 from parity.layout import Spec, TensorLayout
 from parity.mesh import DeviceMesh
-from parity.torch_impl import meshes, state
-from parity.torch_impl.placements import to_placements, to_spec
-from parity.torch_impl.torch_compat import traced_through
+from parity.torch_impl.layouts import meshes
+from parity.torch_impl.runtime import state
+from parity.torch_impl.layouts.placements import to_placements, to_spec
+from parity.torch_impl.runtime.torch_compat import traced_through
 
 
 def as_host_tensor(x: Any) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """The watchdog: turn a dead peer into a ``LostRankError`` that names it.
 
 This module is the plumbing (store protocol, heartbeat thread, exit hooks);
-who is lost and why is decided by ``parity.torch_impl.fault_diagnosis``.
+who is lost and why is decided by ``parity.torch_impl.runtime.fault_diagnosis``.
 
 What gloo does on its own (torch 2.13, measured): a rank blocked in a
 collective whose peer was killed fails at once with
@@ -50,7 +50,7 @@ import threading
 import time
 
 from parity.errors import LostRankError, ParityError
-from parity.torch_impl.fault_diagnosis import (
+from parity.torch_impl.runtime.fault_diagnosis import (
     Peer,
     find_lost,
     is_distributed_error,

@@ -18,7 +18,7 @@ result; ``all_gather`` and ``reduce_scatter``, whose result differs in size,
 leave ``x``'s block to a later collective's output of its size
 (``donation.take``: a gather and a scatter in turn allocate nothing). Every
 collective then marks ``x`` invalid, so a later use raises
-``DonatedArrayError`` (``parity.torch_impl.donation``). Simulated ranks
+``DonatedArrayError`` (``parity.torch_impl.collectives.donation``). Simulated ranks
 compute functionally (their blocks are ``LocalTensor``s) and invalidate
 ``x`` alike.
 """
@@ -33,16 +33,16 @@ from torch.distributed.tensor import DTensor
 from parity.collective_args import check_axis, check_axis_name, check_op, scattered_spec
 from parity.errors import IndivisibleError, ParityError
 from parity.layout import spec_without_axis
-from parity.torch_impl import state
-from parity.torch_impl.distribute import require_dtensor
-from parity.torch_impl.donation import DonatedTensor, donate_block, invalidate, kept_blocks, take
-from parity.torch_impl.donation import take_key
-from parity.torch_impl.group_ops import COALESCING, Group, all_gather_block, all_reduce_block
-from parity.torch_impl.group_ops import direct_call
-from parity.torch_impl.group_ops import reduce_scatter_block
-from parity.torch_impl.meshes import mesh_axis_names
-from parity.torch_impl.tensors import global_shape_from_local, resolve_pending, result_spec
-from parity.torch_impl.tensors import spec_of
+from parity.torch_impl.runtime import state
+from parity.torch_impl.arrays.distribute import require_dtensor
+from parity.torch_impl.collectives.donation import DonatedTensor, donate_block, invalidate, kept_blocks, take
+from parity.torch_impl.collectives.donation import take_key
+from parity.torch_impl.collectives.blocks import COALESCING, Group, all_gather_block, all_reduce_block
+from parity.torch_impl.collectives.blocks import direct_call
+from parity.torch_impl.collectives.blocks import reduce_scatter_block
+from parity.torch_impl.layouts.meshes import mesh_axis_names
+from parity.torch_impl.layouts.tensors import global_shape_from_local, resolve_pending, result_spec
+from parity.torch_impl.layouts.tensors import spec_of
 
 _grad_enabled = torch.is_grad_enabled
 

@@ -1,7 +1,7 @@
 """``all_reduce``, ``all_gather``, ``reduce_scatter`` and
 ``all_gather_variable`` as dynamo traces them.
 
-The eager collectives (``parity.torch_impl.collectives``) are written for
+The eager collectives (``parity.torch_impl.collectives.eager``) are written for
 microseconds: multi-process calls go to the process group's C++ method
 inline, and the result is wrapped by ``DTensor.__new__`` with a prebuilt
 spec. Dynamo can trace neither (``_TensorMeta._dtensor__new__`` is an
@@ -43,11 +43,11 @@ from torch._dynamo.decorators import substitute_in_graph
 from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import ParityError
-from parity.torch_impl import collectives as eager
-from parity.torch_impl import distribute
-from parity.torch_impl.tensors import resolve_pending
-from parity.torch_impl.torch_compat import funcol_all_gather_single
-from parity.torch_impl.torch_compat import funcol_reduce_scatter_single
+from parity.torch_impl.collectives import eager
+from parity.torch_impl.arrays import distribute
+from parity.torch_impl.layouts.tensors import resolve_pending
+from parity.torch_impl.runtime.torch_compat import funcol_all_gather_single
+from parity.torch_impl.runtime.torch_compat import funcol_reduce_scatter_single
 
 _FUNCOL_OPS = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}
 

@@ -16,12 +16,13 @@ from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import MeshMismatchError, ParityError
 from parity.layout import TensorLayout
-from parity.torch_impl import devices, meshes, state
-from parity.torch_impl.donation import check_not_donated
-from parity.torch_impl.gather import evenly_sharded, gather_whole, gather_whole_differentiable
-from parity.torch_impl.gather import merged_redistribute
-from parity.torch_impl.torch_compat import rank_map
-from parity.torch_impl.tensors import (
+from parity.torch_impl.runtime import devices, state
+from parity.torch_impl.layouts import meshes
+from parity.torch_impl.collectives.donation import check_not_donated
+from parity.torch_impl.collectives.gather import evenly_sharded, gather_whole, gather_whole_differentiable
+from parity.torch_impl.collectives.gather import merged_redistribute
+from parity.torch_impl.runtime.torch_compat import rank_map
+from parity.torch_impl.layouts.tensors import (
     as_host_tensor,
     from_local_blocks,
     global_shape_from_local,

@@ -32,13 +32,13 @@ from parity.torch_impl.arrays.distribute import distribute_tensor, distribute_va
 from parity.torch_impl.arrays.distribute import local_block, to_numpy
 from parity.torch_impl.keras.distribution_lib import _to_backend_device, _to_backend_layout
 from parity.torch_impl.keras.distribution_lib import _to_backend_mesh
-from parity.torch_impl.keras.install import install_keras, keras_installed, uninstall_keras
+from parity.torch_impl.keras.install import install_keras, keras_install_scope, uninstall_keras
 from parity.torch_impl.layouts.meshes import mesh_axis_names, to_parity_mesh, to_torch_mesh
 from parity.torch_impl.layouts.placements import to_placements, to_spec
 from parity.torch_impl.semantics import jax_semantics
 from parity.torch_impl.runtime.state import device_type
 
 __all__ = sorted({*BACKEND_FUNCTIONS, "device_type", "install_keras", "jax_semantics",
-                  "keras_installed", "uninstall_keras", "mesh_axis_names", "to_placements",
+                  "keras_install_scope", "uninstall_keras", "mesh_axis_names", "to_placements",
                   "to_spec", "to_torch_mesh",
                   "torch_device"})

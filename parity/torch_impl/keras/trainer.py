@@ -32,15 +32,10 @@ _state = threading.local()
 
 def mixing_context():
     """The context in which plain tensors meet DTensors: the core's
-    ``jax_semantics()`` when it exists, else DTensor's
-    ``implicit_replication()``."""
-    import parity.torch_impl as ti
+    ``jax_semantics()``."""
+    from parity.torch_impl.semantics import jax_semantics
 
-    if hasattr(ti, "jax_semantics"):
-        return ti.jax_semantics()
-    from torch.distributed.tensor.experimental import implicit_replication
-
-    return implicit_replication()
+    return jax_semantics()
 
 
 def _distribution():

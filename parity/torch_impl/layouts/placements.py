@@ -50,10 +50,11 @@ def to_placements(
             if name not in axis_names:
                 raise LayoutError(
                     f"Spec {spec} names mesh axis {name!r} on dim {dim}; the mesh "
-                    f"axes are {axis_names}."
+                    f"axes are {axis_names}.",
+                    what="spec", value=spec,
                 )
             if name in used:
-                raise LayoutError(f"Mesh axis {name!r} is used twice in spec {spec}.")
+                raise LayoutError(f"Mesh axis {name!r} is used twice in spec {spec}.", what="spec", value=spec)
             used.add(name)
             mesh_dims.append(axis_names.index(name))
         for order, mesh_dim in enumerate(mesh_dims):
@@ -96,7 +97,8 @@ def to_spec(
         else:
             raise LayoutError(
                 f"Placements {tuple(placements)} shard dim {dim} in an order no "
-                "PartitionSpec describes."
+                "PartitionSpec describes.",
+                what="placements", value=tuple(placements),
             )
     return tuple(spec), tuple(pending)
 

@@ -52,7 +52,8 @@ def require_layout(layout: Any) -> TensorLayout:
         mesh = getattr(layout, "device_mesh", None)
         if axes is None:
             raise LayoutError(
-                f"Expected a parity.TensorLayout, got {type(layout).__name__}."
+                f"Expected a parity.TensorLayout, got {type(layout).__name__}.",
+                what="layout", value=layout,
             )
         if mesh is not None and not isinstance(mesh, DeviceMesh):
             mesh = DeviceMesh(mesh.shape, mesh.axis_names, mesh.devices)

@@ -203,18 +203,19 @@ class Watchdog:
                 f"lost rank {names} of {self.world_size}: stuck outside any collective "
                 f"while this rank ({self.rank}) waited the process-group timeout "
                 f"({self.pg_timeout_s:.0f} s). Look at rank {names}'s stack (py-spy dump); "
-                f"restart the whole job. (backend said: {first_line})", stuck[0])
+                f"restart the whole job. (backend said: {first_line})", rank=stuck[0])
         # A dead peer on this host shows at once; a vanished one on another
         # host once its heartbeat is stale.
         lost = self.wait_for_lost(2 * self.interval_s if timed_out else self.stale_s + 2 * self.interval_s)
         if lost:
-            return LostRankError(self.message(lost) + f" (backend said: {first_line})", lost[0])
+            return LostRankError(self.message(lost) + f" (backend said: {first_line})",
+                                 rank=lost[0])
         if timed_out:
             return LostRankError(
                 f"a collective timed out after the process-group timeout "
                 f"({self.pg_timeout_s:.0f} s) on rank {self.rank}, and every peer is alive "
                 f"and inside a collective: the ranks disagree on which collective to run "
-                f"(backend said: {first_line})")
+                f"(backend said: {first_line})", rank=None)
         return ParityError(
             f"a collective failed on rank {self.rank} and no peer was found lost "
             f"(backend said: {first_line})")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import weakref
 
-import torch
 from torch.distributed.tensor import DTensor
 
 from parity.torch_impl.semantics import specs as S
@@ -67,11 +66,3 @@ def _install_to_local_hook() -> None:
     DTensor.to_local = to_local  # type: ignore[method-assign]
     _hook_installed = True
 
-
-def resolve_deferred(x):
-    """``x`` completed when it is a deferred pending value, else ``x``."""
-    return complete(x) if is_deferred(x) else x
-
-
-def no_grad_enabled() -> bool:
-    return not torch.is_grad_enabled()

@@ -26,11 +26,10 @@ from parity.torch_impl.layouts.tensors import (
     as_host_tensor,
     from_local_blocks,
     global_shape_from_local,
-    placements_of,
     require_layout,
-    resolve_pending,
     result_spec,
 )
+from parity.torch_impl.layouts.specs import placements_for, resolve_pending
 
 
 def _mesh_position(layout: TensorLayout) -> dict[int, int]:
@@ -66,7 +65,7 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
             )
         x = resolve_pending(x)
         # one all_gather, not one per mesh axis, where DTensor can merge
-        return merged_redistribute(x, placements_of(layout))
+        return merged_redistribute(x, placements_for(layout.spec, torch_mesh))
     host = as_host_tensor(x)
     layout.check_shape(host.shape)
     shards = layout.shards(host.shape)

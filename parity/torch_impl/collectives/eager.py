@@ -41,8 +41,8 @@ from parity.torch_impl.collectives.blocks import COALESCING, Group, all_gather_b
 from parity.torch_impl.collectives.blocks import direct_call
 from parity.torch_impl.collectives.blocks import reduce_scatter_block
 from parity.torch_impl.layouts.meshes import mesh_axis_names
-from parity.torch_impl.layouts.tensors import global_shape_from_local, resolve_pending, result_spec
-from parity.torch_impl.layouts.tensors import spec_of
+from parity.torch_impl.layouts.specs import resolve_pending, spec_and_pending
+from parity.torch_impl.layouts.tensors import global_shape_from_local, result_spec
 
 _grad_enabled = torch.is_grad_enabled
 
@@ -120,7 +120,7 @@ def _build_plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _P
     mesh = x.device_mesh
     names = mesh_axis_names(mesh)
     mesh_dim = check_axis_name(axis_name, names, mesh.shape, kind)
-    spec, pending = spec_of(x)
+    spec, pending = spec_and_pending(x)
     if pending:
         return _Plan(pending=True)
     if kind != "all_reduce":

@@ -35,7 +35,8 @@ from torch.distributed.tensor.placement_types import Placement
 from parity.torch_impl.runtime import state
 from parity.torch_impl.collectives.blocks import Group, all_gather_block
 from parity.torch_impl.layouts.meshes import mesh_axis_names
-from parity.torch_impl.layouts.tensors import result_spec, spec_of
+from parity.torch_impl.layouts.specs import spec_of
+from parity.torch_impl.layouts.tensors import result_spec
 from parity.torch_impl.runtime.torch_compat import flatten_registry
 
 # (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
@@ -72,7 +73,7 @@ def _entry(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> tuple[TorchMesh, Grou
 
 def sharding_mesh_dims(x: DTensor) -> tuple[int, ...]:
     """The mesh dims that split some dim of ``x``, in mesh order."""
-    spec, _ = spec_of(x)
+    spec = spec_of(x)
     names = mesh_axis_names(x.device_mesh)
     return tuple(sorted(names.index(a) for entry in spec for a in entry))
 
@@ -120,7 +121,7 @@ def merged_redistribute(x: DTensor, placements: Sequence[Placement]) -> DTensor:
 def evenly_sharded(x: DTensor) -> bool:
     """Whether every dim of ``x`` divides by its shard count (parity's own
     layouts always do; a raw DTensor may not)."""
-    spec, _ = spec_of(x)
+    spec = spec_of(x)
     sizes = dict(zip(mesh_axis_names(x.device_mesh), x.device_mesh.shape))
     return all(n % math.prod([sizes[a] for a in entry]) == 0  # a list: dynamo
                for n, entry in zip(x.shape, spec))
@@ -130,7 +131,7 @@ def gather_whole(x: DTensor) -> torch.Tensor:
     """The global array of ``x`` (no pending reduction, evenly sharded) as a
     plain tensor on every rank (a ``LocalTensor`` of equal blocks when
     simulated), through at most one all_gather."""
-    spec, _ = spec_of(x)
+    spec = spec_of(x)
     mesh = x.device_mesh
     names = mesh_axis_names(mesh)
     mesh_dims = sharding_mesh_dims(x)

@@ -38,15 +38,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed._functional_collectives as funcol
-from torch._dynamo.decorators import substitute_in_graph
 from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import ParityError
 from parity.torch_impl.collectives import eager
 from parity.torch_impl.arrays import distribute
-from parity.torch_impl.layouts.tensors import resolve_pending
-from parity.torch_impl.runtime.torch_compat import funcol_all_gather_single
+from parity.torch_impl.layouts.specs import resolve_pending
+from parity.torch_impl.runtime.torch_compat import funcol, funcol_all_gather_single
+from parity.torch_impl.runtime.torch_compat import substitute_in_graph
 from parity.torch_impl.runtime.torch_compat import funcol_reduce_scatter_single
 
 _FUNCOL_OPS = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}

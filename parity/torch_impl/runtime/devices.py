@@ -26,6 +26,7 @@ import parity
 from parity.errors import ParityError
 from parity.torch_impl.runtime import state
 from parity.torch_impl.runtime.state import torch_device
+from parity.torch_impl.runtime.torch_compat import simulation_parts
 
 __all__ = ["device_rank", "get_device_count", "initialize", "list_devices", "num_processes",
            "process_id", "simulate", "torch_device"]
@@ -45,9 +46,7 @@ def simulate(n: int = 8, device: str = "cpu") -> Iterator[None]:
     Raises ``ParityError`` for n < 1, when already simulating or inside a real
     process group, or for ``device="cuda"`` without CUDA.
     """
-    from torch.distributed._local_tensor import LocalTensorMode
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
+    LocalTensorMode, FakeStore = simulation_parts()
     if not isinstance(n, int) or n < 1:
         raise ParityError(f"simulate(n) needs a positive int; got n={n!r}.")
     if device not in ("cpu", "cuda"):

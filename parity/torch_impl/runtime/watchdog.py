@@ -57,6 +57,7 @@ from parity.torch_impl.runtime.fault_diagnosis import (
     lost_message,
     stuck_peers,
 )
+from parity.torch_impl.runtime.torch_compat import default_store
 
 _PREFIX = "parity/faults/"
 
@@ -315,7 +316,7 @@ def start(pg_timeout_s: float) -> Watchdog | None:
     world, rank = dist.get_world_size(), dist.get_rank()
     if world < 2:
         return None
-    store = dist.distributed_c10d._get_default_store()
+    store = default_store()
     while hasattr(store, "underlying_store"):
         store = store.underlying_store
     if not isinstance(store, dist.TCPStore):

@@ -38,7 +38,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from parity.layout import TensorLayout
 from parity.torch_impl.layouts import meshes
 from parity.torch_impl.semantics import pending
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.layouts.tensors import from_local_blocks
 
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")

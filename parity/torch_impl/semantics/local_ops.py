@@ -54,7 +54,7 @@ from parity import sharding_rules as R
 from parity.layout import TensorLayout
 from parity.torch_impl.layouts import meshes
 from parity.torch_impl.semantics import pending
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.layouts.tensors import contiguous_stride, from_local_blocks
 
 LOCAL_REDUCTIONS = frozenset({"prod", "__getitem__", "scaled_dot_product_attention", "tensordot",

@@ -120,13 +120,14 @@ def wrap_numpy_result(like: DTensor, array: Any) -> DTensor:
     computed it.
     """
     from parity.torch_impl.arrays import distribute
-    from parity.torch_impl.semantics import specs as S
+    from parity import sharding_rules as R
+    from parity.torch_impl.layouts import specs as S
 
     host = as_host_tensor(np.asarray(array))
     mesh = like.device_mesh
     spec = S.spec_of(like) if tuple(host.shape) == tuple(like.shape) else ((),) * host.ndim
     sizes = S.axis_sizes(mesh)
-    spec = S.fit_to_shape(spec, tuple(host.shape), sizes)
+    spec = R.fit_to_shape(spec, tuple(host.shape), sizes)
     from parity.layout import TensorLayout
     from parity.torch_impl.layouts.meshes import to_parity_mesh
 

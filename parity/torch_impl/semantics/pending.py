@@ -17,8 +17,7 @@ import weakref
 
 from torch.distributed.tensor import DTensor
 
-from parity.torch_impl.semantics import specs as S
-from parity.torch_impl.layouts.tensors import resolve_pending
+from parity.torch_impl.layouts import specs as S
 
 # Deferred tensors carry this attribute; describe/to_local look for it.
 DEFERRED_ATTR = "_parity_deferred"
@@ -26,7 +25,7 @@ _deferred: "weakref.WeakSet[DTensor]" = weakref.WeakSet()
 
 
 # ``x`` with every pending reduction completed (replicated on that axis).
-complete = resolve_pending
+complete = S.resolve_pending
 
 
 def mark_deferred(x: DTensor) -> DTensor:

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
 
 Locator = tuple  # ("a", i) | ("a", i, j) | ("k", name) | ("k", name, j)
 _NAMESPACES = (torch, torch.Tensor, F, torch._C._nn)
@@ -158,7 +158,7 @@ def covered() -> frozenset:
     return frozenset(_KEYS)
 
 
-@torch._dynamo.assume_constant_result
+@torch.compiler.assume_constant_result
 def _key_of(func) -> str | None:
     return _KEYS.get(func)
 

@@ -11,7 +11,7 @@ from parity.errors import IndivisibleError
 from parity.layout import TensorLayout, mesh_coords
 from parity.placement import Placement
 from parity.torch_impl.layouts import meshes
-from parity.torch_impl.arrays.distribute import require_dtensor
+from parity.torch_impl.collectives.donation import require_dtensor
 from parity.torch_impl.layouts.specs import resolve_pending, spec_and_pending
 
 

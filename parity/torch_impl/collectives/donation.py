@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from parity.errors import DonatedArrayError
+from parity.errors import DonatedArrayError, ParityError
 from parity.torch_impl.runtime.torch_compat import storage_use_count
 
 
@@ -76,6 +76,22 @@ def invalidate(x: DTensor, marker: DonatedTensor) -> None:
     ``DonatedTensor`` of its local shape and dtype; being immutable, one
     marker serves every tensor of that shape), so every later use raises."""
     x._local_tensor = marker
+
+
+def require_dtensor(x: Any, what: str) -> DTensor:
+    """``x`` if it is a DTensor (a ``Parameter`` of one included) that was
+    not donated; ``ParityError`` otherwise (``DonatedArrayError`` for a
+    donated one)."""
+    if not isinstance(x, DTensor):
+        if isinstance(x, torch.nn.Parameter) and isinstance(x.data, DTensor):
+            x = x.data
+        else:
+            raise ParityError(
+                f"{what} needs a distributed tensor (DTensor); got {type(x).__name__}. "
+                "Fix: distribute_tensor(x, layout) first."
+            )
+    check_not_donated(x)
+    return x
 
 
 def check_not_donated(x: DTensor) -> None:

@@ -34,9 +34,8 @@ from parity.collective_args import check_axis, check_axis_name, check_op, scatte
 from parity.errors import IndivisibleError, ParityError
 from parity.layout import spec_without_axis
 from parity.torch_impl.runtime import state
-from parity.torch_impl.arrays.distribute import require_dtensor
 from parity.torch_impl.collectives.donation import DonatedTensor, donate_block, invalidate, kept_blocks, take
-from parity.torch_impl.collectives.donation import take_key
+from parity.torch_impl.collectives.donation import require_dtensor, take_key
 from parity.torch_impl.collectives.blocks import COALESCING, Group, all_gather_block, all_reduce_block
 from parity.torch_impl.collectives.blocks import direct_call
 from parity.torch_impl.collectives.blocks import reduce_scatter_block

@@ -29,13 +29,14 @@ from typing import Any
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from parity.torch_impl.runtime import state
+from parity.torch_impl.collectives.donation import require_dtensor
 from parity.torch_impl.collectives.blocks import Group, all_gather_block
 from parity.torch_impl.layouts.meshes import mesh_axis_names
-from parity.torch_impl.layouts.specs import spec_of
+from parity.torch_impl.layouts.specs import resolve_pending, spec_of
 from parity.torch_impl.layouts.tensors import result_spec
 from parity.torch_impl.runtime.torch_compat import flatten_registry
 
@@ -172,3 +173,19 @@ def gather_whole_differentiable(x: DTensor) -> DTensor:
     """``x`` (evenly sharded, no pending reduction) replicated on its mesh
     through one all_gather, with a gradient back to ``x``'s placements."""
     return _GatherWhole.apply(x)
+
+
+def all_gather_variable(x: Any) -> DTensor:
+    """``x`` fully replicated on its mesh (pending reductions resolved).
+
+    Raises ``ParityError`` when ``x`` is not a DTensor.
+    """
+    x = resolve_pending(require_dtensor(x, "all_gather_variable"))
+    if not evenly_sharded(x):
+        # DTensor's redistribute: differentiable, and it handles uneven blocks.
+        return merged_redistribute(x, [Replicate()] * x.device_mesh.ndim)
+    if x.requires_grad and torch.is_grad_enabled():
+        return gather_whole_differentiable(x)  # one collective, gradient to x's placements
+    whole = gather_whole(x)  # one collective over the flattened group
+    spec = result_spec(x.device_mesh, ((),) * x.ndim, x.shape, x.dtype)
+    return DTensor.__new__(DTensor, whole, spec, requires_grad=False)

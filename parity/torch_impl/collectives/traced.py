@@ -42,7 +42,8 @@ from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import ParityError
 from parity.torch_impl.collectives import eager
-from parity.torch_impl.arrays import distribute
+from parity.torch_impl.collectives import gather
+from parity.torch_impl.collectives.donation import require_dtensor
 from parity.torch_impl.layouts.specs import resolve_pending
 from parity.torch_impl.runtime.torch_compat import funcol, funcol_all_gather_single
 from parity.torch_impl.runtime.torch_compat import substitute_in_graph
@@ -117,8 +118,8 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
     return _wrap(out, plan)
 
 
-@substitute_in_graph(distribute.all_gather_variable)
+@substitute_in_graph(gather.all_gather_variable)
 def all_gather_variable(x: Any) -> DTensor:
-    """``distribute.all_gather_variable`` under dynamo (module docstring)."""
-    x = resolve_pending(distribute.require_dtensor(x, "all_gather_variable"))
+    """``gather.all_gather_variable`` under dynamo (module docstring)."""
+    x = resolve_pending(require_dtensor(x, "all_gather_variable"))
     return x.redistribute(x.device_mesh, [Replicate()] * x.device_mesh.ndim)

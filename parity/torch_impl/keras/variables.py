@@ -25,7 +25,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from parity.torch_impl.keras import distribution_lib as kdl
-from parity.torch_impl.arrays.distribute import all_gather_variable
+from parity.torch_impl.collectives.gather import all_gather_variable
 
 _ORIGINAL: dict[str, object] = {}
 

@@ -29,8 +29,8 @@ from benchmarks.common import Row, human_bytes, median, timed_pairs
 from benchmarks.gloo_job import rank_max
 
 # The raw calls under their torch 2.13 names, or the older ones before 2.13.
-from parity.torch_impl.torch_compat import dist_all_gather_single as _all_gather
-from parity.torch_impl.torch_compat import dist_reduce_scatter_single as _reduce_scatter
+from parity.torch_impl.runtime.torch_compat import dist_all_gather_single as _all_gather
+from parity.torch_impl.runtime.torch_compat import dist_reduce_scatter_single as _reduce_scatter
 
 GOAL = 1.05
 
@@ -45,7 +45,7 @@ def on_rank(cfg: dict) -> list[Row]:
     import parity
     from parity import torch_impl as ti
 
-    from parity.torch_impl import state
+    from parity.torch_impl.runtime import state
 
     device = state.torch_device()
     sync = torch.cuda.synchronize if device.type == "cuda" else None

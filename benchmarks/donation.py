@@ -8,7 +8,7 @@
 * ``all_gather(x, 0, donate=True)`` and ``reduce_scatter(y, 0,
   donate=True)`` in turn (each result the next call's input: the gather
   writes into the scatter's donated block and back, see
-  ``parity.torch_impl.donation``) against ``all_gather_single`` /
+  ``parity.torch_impl.collectives.donation``) against ``all_gather_single`` /
   ``reduce_scatter_single`` into outputs allocated once, outside the timer,
   each raw output the other raw call's input as in parity's pair (the raw
   scatter once read a buffer nothing wrote, and came out 1.17-1.21x
@@ -29,7 +29,7 @@ Each line also gives the median CPU time per call of the whole process
 a core on a loaded machine is not in it, so it tells the work a call does
 from the load around it) and the median minor page faults per call: a call that allocates and first-touches
 a new output shows it there (parity's donated reduce_scatter once did,
-+16,384 faults per 64 MB call, see ``parity.torch_impl.donation``). gloo
++16,384 faults per 64 MB call, see ``parity.torch_impl.collectives.donation``). gloo
 itself allocates per call: its all_gather gathers into a temporary and
 copies, its reduce_scatter reduces a clone of its input, on both sides.
 The load average (``os.getloadavg``) is printed before and after.
@@ -57,7 +57,7 @@ def _rank_main(rank: int, world: int, port: int, size: int, samples: int) -> Non
 
     import parity
     from parity import torch_impl as ti
-    from parity.torch_impl.torch_compat import dist_all_gather_single, dist_reduce_scatter_single
+    from parity.torch_impl.runtime.torch_compat import dist_all_gather_single, dist_reduce_scatter_single
 
     torch.set_num_threads(1)
     ti.initialize()

@@ -73,7 +73,7 @@ def measure(calls: int = CALLS, blocks: int = BLOCKS) -> list[dict]:
 
     import parity
     from parity import torch_impl as ti
-    from parity.torch_impl.torch_compat import dist_all_gather_single, dist_reduce_scatter_single
+    from parity.torch_impl.runtime.torch_compat import dist_all_gather_single, dist_reduce_scatter_single
 
     class CallOnly(TorchFunctionMode):
         """The floor of a Python function mode: it only calls the function."""

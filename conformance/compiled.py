@@ -62,12 +62,6 @@ def compile_header(backend: str) -> dict[str, Any]:
     }
 
 
-def is_compile_error(entry: dict | None) -> bool:
-    """Whether a report entry failed to compile (``error.category == "compile"``)."""
-    return bool(entry and entry.get("status") != "ok"
-                and (entry.get("error") or {}).get("category") == COMPILE_CATEGORY)
-
-
 def compiled_vs_eager(eager: Comparison, compiled: Comparison) -> dict[str, Any]:
     """Per case, the compiled column's verdict against the eager column's
     (both ``parity.comparison/1`` against the same reference).

@@ -6,7 +6,6 @@
 
 from parity.backends import active_backend, active_backend_name, backend, use_backend
 from parity.errors import (
-    AmbiguousShardingError,
     IndivisibleError,
     LayoutError,
     MeshMismatchError,
@@ -22,7 +21,6 @@ from parity.placement import Placement
 __version__ = "0.1.0"
 
 __all__ = [
-    "AmbiguousShardingError",
     "DeviceMesh",
     "IndivisibleError",
     "LayoutError",

@@ -17,7 +17,7 @@ REDUCE_OPS = ("sum", "mean", "max", "min")
 def check_op(op: object, what: str) -> str:
     """``op`` if it is one of ``REDUCE_OPS``; else ``LayoutError``."""
     if not isinstance(op, str) or op not in REDUCE_OPS:
-        raise LayoutError(f"{what}: op={op!r} is not one of {REDUCE_OPS}.")
+        raise LayoutError(f"{what}: op={op!r} is not one of {REDUCE_OPS}.", what="op", value=op)
     return op
 
 
@@ -27,7 +27,8 @@ def check_axis(axis: object, ndim: int, what: str) -> int:
     if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
         raise LayoutError(
             f"{what}: axis={axis!r} is out of range for an array of rank {ndim}; "
-            f"choose an int in [{-ndim}, {ndim})."
+            f"choose an int in [{-ndim}, {ndim}).",
+            what="axis", value=axis,
         )
     return axis % ndim
 
@@ -40,7 +41,8 @@ def check_axis_name(
     if not isinstance(axis_name, str) or axis_name not in names:
         raise LayoutError(
             f"{what}: axis_name={axis_name!r} is not a mesh axis; the mesh axes "
-            f"are {names} with shape {tuple(shape)}."
+            f"are {names} with shape {tuple(shape)}.",
+            what="axis_name", value=axis_name,
         )
     return names.index(axis_name)
 

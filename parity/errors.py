@@ -8,11 +8,10 @@ attributes, never the message.
 
 | class                    | category             | carries                       |
 |--------------------------|----------------------|-------------------------------|
-| ``LayoutError``          | ``invalid-layout``   | --                            |
+| ``LayoutError``          | ``invalid-layout``   | ``what``, ``value``           |
 | ``MeshMismatchError``    | ``invalid-layout``   | ``first``, ``second`` (meshes)|
 | ``IndivisibleError``     | ``indivisible``      | ``dim``, ``size``, ``axes``,  |
 |                          |                      | ``shards``                    |
-| ``AmbiguousShardingError``| ``ambiguous-sharding``| ``op``, ``specs``           |
 | ``UnsupportedOpError``   | ``unsupported``      | ``op``, ``placements``,       |
 |                          |                      | ``reason``                    |
 | ``LostRankError``        | ``other``            | ``rank`` (the lost peer)      |
@@ -36,9 +35,15 @@ class ParityError(ValueError):
 
 class LayoutError(ParityError):
     """A layout that cannot apply: unknown or repeated mesh axis, wrong rank,
-    an axis or tensor dim out of range."""
+    an axis or tensor dim out of range. ``what`` names the argument at fault
+    (``"axis_names"``, ``"spec"``, ``"key"``...), ``value`` is the value
+    refused."""
 
     category: ClassVar[str] = "invalid-layout"
+
+    def __init__(self, message: str, *, what: str, value: Any) -> None:
+        super().__init__(message)
+        self.what, self.value = what, value
 
 
 class ShardingError(ParityError):
@@ -71,17 +76,6 @@ class MeshMismatchError(ShardingError):
         self.first, self.second = first, second
 
 
-class AmbiguousShardingError(ParityError):
-    """The output sharding of ``op`` is not fixed by its operands' ``specs``
-    (JAX's explicit mode refuses the op)."""
-
-    category: ClassVar[str] = "ambiguous-sharding"
-
-    def __init__(self, message: str, *, op: str, specs: tuple = ()) -> None:
-        super().__init__(message)
-        self.op, self.specs = op, tuple(specs)
-
-
 class UnsupportedOpError(ParityError):
     """``op`` cannot run on operands with ``placements``; ``reason`` says
     why."""
@@ -98,7 +92,7 @@ class LostRankError(ParityError):
     """A peer ``rank`` of the job died, exited with an error, or stopped
     responding (``None`` when no single rank is to blame)."""
 
-    def __init__(self, message: str, rank: int | None = None) -> None:
+    def __init__(self, message: str, *, rank: int | None) -> None:
         super().__init__(message)
         self.rank = rank
 

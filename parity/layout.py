@@ -41,13 +41,15 @@ def normalize_entry(entry: object) -> tuple[str, ...]:
     else:
         raise LayoutError(
             f"Layout entry {entry!r} is not None, a mesh axis name or a tuple of "
-            "names. Fix: write e.g. None, 'model' or ('data', 'model')."
+            "names. Fix: write e.g. None, 'model' or ('data', 'model').",
+            what="layout entry", value=entry,
         )
     for name in names:
         if not isinstance(name, str) or not name:
             raise LayoutError(
                 f"Layout entry {entry!r} holds {name!r}, which is not a mesh "
-                "axis name (a non-empty string)."
+                "axis name (a non-empty string).",
+                what="layout entry", value=entry,
             )
     return names  # type: ignore[return-value]
 
@@ -85,12 +87,14 @@ class TensorLayout:
         if isinstance(axes, str):
             raise LayoutError(
                 f"TensorLayout axes must be a sequence, one entry per dim; got the "
-                f"string {axes!r}. Fix: write ({axes!r},)."
+                f"string {axes!r}. Fix: write ({axes!r},).",
+                what="axes", value=axes,
             )
         if not isinstance(axes, (tuple, list)):
             raise LayoutError(
                 f"TensorLayout axes must be a tuple or list, one entry per dim; got "
-                f"{axes!r}. Fix: e.g. ('data', None)."
+                f"{axes!r}. Fix: e.g. ('data', None).",
+                what="axes", value=axes,
             )
         spec = tuple(normalize_entry(entry) for entry in axes)
         seen: dict[str, int] = {}
@@ -100,7 +104,8 @@ class TensorLayout:
                     raise LayoutError(
                         f"Mesh axis {name!r} is used twice in layout {tuple(axes)} "
                         f"(dims {seen[name]} and {dim}); each mesh axis may "
-                        "shard at most one dim once."
+                        "shard at most one dim once.",
+                        what="axes", value=tuple(axes),
                     )
                 seen[name] = dim
         init = object.__setattr__
@@ -128,7 +133,8 @@ class TensorLayout:
                     raise LayoutError(
                         f"Layout {self._axes} names mesh axis {name!r} on dim {dim}, "
                         f"but the mesh axes are {mesh.axis_names} with shape "
-                        f"{mesh.shape}."
+                        f"{mesh.shape}.",
+                        what="axes", value=self._axes,
                     )
 
     @classmethod
@@ -162,7 +168,8 @@ class TensorLayout:
         if self._device_mesh is None:
             raise LayoutError(
                 f"Layout {self._axes} has no device mesh. Fix: pass "
-                "TensorLayout(axes, device_mesh) or call layout.with_mesh(mesh)."
+                "TensorLayout(axes, device_mesh) or call layout.with_mesh(mesh).",
+                what="device_mesh", value=self._device_mesh,
             )
         return self._device_mesh
 
@@ -181,7 +188,8 @@ class TensorLayout:
         if len(shape) != self.rank:
             raise LayoutError(
                 f"Layout {self._axes} has {self.rank} entries but the tensor has "
-                f"rank {len(shape)} (shape {shape}). Fix: give one entry per dim."
+                f"rank {len(shape)} (shape {shape}). Fix: give one entry per dim.",
+                what="shape", value=shape,
             )
         mesh = self.require_mesh()
         for dim, (size, names) in enumerate(zip(shape, self._spec)):

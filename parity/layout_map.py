@@ -26,7 +26,7 @@ def _pattern(key: str) -> re.Pattern[str]:
     try:
         return re.compile(key.replace("/", "[/.]"))
     except re.error as err:
-        raise LayoutError(f"LayoutMap key {key!r} is not a valid regex: {err}") from None
+        raise LayoutError(f"LayoutMap key {key!r} is not a valid regex: {err}", what="key", value=key) from None
 
 
 class LayoutMap(collections.abc.MutableMapping):
@@ -54,7 +54,7 @@ class LayoutMap(collections.abc.MutableMapping):
 
     def __getitem__(self, key: str) -> TensorLayout | None:
         if not isinstance(key, str):
-            raise LayoutError(f"LayoutMap paths are strings; got {key!r}.")
+            raise LayoutError(f"LayoutMap paths are strings; got {key!r}.", what="key", value=key)
         if key in self._layout_map:
             return self._layout_map[key]
         for k in self._layout_map:
@@ -65,26 +65,30 @@ class LayoutMap(collections.abc.MutableMapping):
             raise LayoutError(
                 f"Path '{key}' matches multiple layout specification keys: "
                 f"{matches}. Please make sure each tensor/variable path only "
-                "matches at most one layout specification key in the LayoutMap."
+                "matches at most one layout specification key in the LayoutMap.",
+                what="key", value=key,
             )
         return self._layout_map[matches[0]] if matches else None
 
     def __setitem__(self, key: str, layout: object) -> None:
         if not isinstance(key, str):
             raise LayoutError(
-                f"LayoutMap keys are variable paths or regexes (str); got {key!r}."
+                f"LayoutMap keys are variable paths or regexes (str); got {key!r}.",
+                what="key", value=key,
             )
         if key in self._layout_map:
             raise LayoutError(
                 f"{key} already exist in the LayoutMap with value "
                 f"{self._layout_map[key]}. Please make sure to not use duplicated "
-                "keys."
+                "keys.",
+                what="key", value=key,
             )
         if isinstance(layout, (tuple, list)):
             layout = TensorLayout(tuple(layout))
         if not isinstance(layout, TensorLayout):
             raise LayoutError(
-                f"{layout!r} should be a TensorLayout or a tuple of axis entries."
+                f"{layout!r} should be a TensorLayout or a tuple of axis entries.",
+                what="layout", value=layout,
             )
         if layout.device_mesh is None and self._device_mesh is not None:
             layout = layout.with_mesh(self._device_mesh)

@@ -46,35 +46,42 @@ class DeviceMesh:
         if isinstance(axis_names, str) or not _is_sequence(axis_names):
             raise LayoutError(
                 f"axis_names must be a sequence of strings; got {axis_names!r}. "
-                "Fix: e.g. axis_names=('data', 'model')."
+                "Fix: e.g. axis_names=('data', 'model').",
+                what="axis_names", value=axis_names,
             )
         if not _is_sequence(shape):
             raise LayoutError(
-                f"shape must be a sequence of ints; got {shape!r}. Fix: e.g. shape=(2, 4)."
+                f"shape must be a sequence of ints; got {shape!r}. Fix: e.g. shape=(2, 4).",
+                what="shape", value=shape,
             )
         if not shape or not axis_names:
             raise LayoutError(
                 "Shape and axis_names cannot be empty. Received: "
-                f"shape={shape}, axis_names={axis_names}"
+                f"shape={shape}, axis_names={axis_names}",
+                what="shape", value=shape,
             )
         if len(shape) != len(axis_names):
             raise LayoutError(
                 "Shape and axis_names should have same size. Received: "
-                f"shape={shape}, axis_names={axis_names}"
+                f"shape={shape}, axis_names={axis_names}",
+                what="shape", value=shape,
             )
         for name in axis_names:
             if not isinstance(name, str) or not name:
                 raise LayoutError(
-                    f"Mesh axis names must be non-empty strings. Received: {name!r}"
+                    f"Mesh axis names must be non-empty strings. Received: {name!r}",
+                    what="axis_names", value=name,
                 )
         if len(set(axis_names)) != len(axis_names):
             raise LayoutError(
-                f"Mesh axis names must be unique. Received: axis_names={axis_names}"
+                f"Mesh axis names must be unique. Received: axis_names={axis_names}",
+                what="axis_names", value=axis_names,
             )
         for size in shape:
             if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
                 raise LayoutError(
-                    f"Mesh axis sizes must be positive integers. Received: shape={shape}"
+                    f"Mesh axis sizes must be positive integers. Received: shape={shape}",
+                    what="shape", value=shape,
                 )
         if devices is None:
             from parity.backends import active_backend
@@ -85,7 +92,8 @@ class DeviceMesh:
             raise LayoutError(
                 "Shape does not match the number of devices. Received: "
                 f"shape={tuple(shape)}; devices.shape={devices.shape}. Fix: use a "
-                f"mesh of {devices.size} devices, or simulate {int(np.prod(shape))}."
+                f"mesh of {devices.size} devices, or simulate {int(np.prod(shape))}.",
+                what="devices", value=devices.shape,
             )
         shape = tuple(int(s) for s in shape)
         devices = devices.reshape(shape)  # a copy of the caller's array (np.array above)
@@ -132,7 +140,8 @@ class DeviceMesh:
         if name not in self._axis_names:
             raise LayoutError(
                 f"Mesh axis {name!r} is not in the mesh; its axes are "
-                f"{self._axis_names} with shape {self._shape}."
+                f"{self._axis_names} with shape {self._shape}.",
+                what="axis", value=name,
             )
         return self._axis_names.index(name)
 

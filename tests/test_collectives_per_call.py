@@ -19,7 +19,7 @@ import torch, torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 import parity
 from parity import torch_impl as ti
-from parity.torch_impl import collectives, donation
+from parity.torch_impl.collectives import eager as collectives, donation
 dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
 mesh = parity.DeviceMesh((4,), ("x",))
 layout = parity.TensorLayout(("x",), mesh)

@@ -21,8 +21,8 @@ import pytest
 
 from parity.errors import ParityError
 from parity.errors import LostRankError
-from parity.torch_impl import watchdog
-from parity.torch_impl.fault_diagnosis import is_distributed_error
+from parity.torch_impl.runtime import watchdog
+from parity.torch_impl.runtime.fault_diagnosis import is_distributed_error
 from subprocess_env import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,7 +197,7 @@ def test_the_process_group_initialize_started_is_destroyed_at_a_normal_exit(how,
 
 
 def _peers(**changes):
-    from parity.torch_impl.fault_diagnosis import Peer
+    from parity.torch_impl.runtime.fault_diagnosis import Peer
 
     peers = {r: Peer(host="h", pid=100 + r, beat_seen_at=50.0) for r in range(3)}
     for rank, fields in changes.items():
@@ -207,7 +207,7 @@ def _peers(**changes):
 
 
 def _find(peers, **kw):
-    from parity.torch_impl.fault_diagnosis import find_lost
+    from parity.torch_impl.runtime.fault_diagnosis import find_lost
 
     args = dict(this_host="h", pid_alive=lambda pid: True, store_ok=True, store_host_rank=0,
                 now=51.0, stale_s=15.0)
@@ -230,7 +230,7 @@ def test_diagnosis_blames_a_stale_heartbeat():
 
 
 def test_diagnosis_blames_the_store_host_when_the_store_is_gone():
-    from parity.torch_impl.fault_diagnosis import find_lost
+    from parity.torch_impl.runtime.fault_diagnosis import find_lost
 
     peers = _peers()
     rank, why = find_lost(peers, 1, this_host="h", pid_alive=lambda pid: True, store_ok=False,

@@ -166,7 +166,7 @@ def test_non_distributed_inputs_give_parity_errors(sim8, bad):
 
 def _in_sim8(fn):
     from parity import torch_impl
-    from parity.torch_impl import state
+    from parity.torch_impl.runtime import state
 
     if state.mode() == "simulated":  # the module's sim8 fixture is still open
         return fn(torch_impl)

@@ -279,8 +279,9 @@ def test_resharding_moves_an_auto_array_onto_explicit_axes():
 
 
 def test_layout_with_an_unknown_axis_raises():
-    with pytest.raises(parity.LayoutError, match="'batch'.*mesh axes are"):
+    with pytest.raises(parity.LayoutError, match="'batch'.*mesh axes are") as info:
         parity.TensorLayout(("batch", None), make_mesh("2x4"))
+    assert (info.value.what, info.value.value) == ("axes", ("batch", None))
 
 
 def test_layout_using_an_axis_twice_raises():
@@ -301,8 +302,9 @@ def test_distribute_with_an_indivisible_dim_raises_sharding_error():
 
 
 def test_distribute_with_a_layout_without_mesh_raises_with_a_fix():
-    with pytest.raises(parity.LayoutError, match="has no device mesh. Fix"):
+    with pytest.raises(parity.LayoutError, match="has no device mesh. Fix") as info:
         jax_ref.distribute_tensor(host_array((8,)), parity.TensorLayout(("x",)))
+    assert (info.value.what, info.value.value) == ("device_mesh", None)
 
 
 @pytest.mark.parametrize("axis_types", ["explicit", "auto"])
@@ -431,8 +433,9 @@ COLLECTIVE_CALLS = {
 
 @pytest.mark.parametrize("kind", list(COLLECTIVE_CALLS))
 def test_collective_with_an_unknown_axis_name_raises_naming_the_axes(kind):
-    with pytest.raises(parity.LayoutError, match=r"axis_name='batch'.*\('data', 'model'\)"):
+    with pytest.raises(parity.LayoutError, match=r"axis_name='batch'.*\('data', 'model'\)") as info:
         COLLECTIVE_CALLS[kind](sharded_2x4(), "batch")
+    assert (info.value.what, info.value.value) == ("axis_name", "batch")
 
 
 @pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])

@@ -108,8 +108,9 @@ def test_dtensors_on_two_meshes_raise_sharding_error(sim8):
     mesh_b = parity.DeviceMesh((8,), ("x",))
     a = ti.distribute_tensor(host((8, 16)), L(("data", None), mesh_a))
     b = ti.distribute_tensor(host((8, 16)), L(("x", None), mesh_b))
-    with ti.jax_semantics(), pytest.raises(parity.ShardingError, match="different device meshes"):
+    with ti.jax_semantics(), pytest.raises(parity.MeshMismatchError, match="different device meshes") as info:
         a + b
+    assert (info.value.first, info.value.second) == (a.device_mesh, b.device_mesh)  # torch meshes
 
 
 # ---------------------------------------------------------------- pending sums
@@ -491,17 +492,38 @@ def test_prod_gradient_fails_on_dtensor_and_matches_jax_grad_with_parity(sim8):
         _check_grads(jgrads, params)
 
 
+# ------------------------------------------------ a rule's plan is a value
+
+def test_a_rules_plan_is_frozen_and_the_bias_rule_returns_a_new_one(sim8):
+    import dataclasses
+
+    from parity.torch_impl.semantics import rules
+
+    _, mesh = meshes()
+    x = ti.distribute_tensor(host((8, 16)), L(("data", "model"), mesh))
+    w = ti.distribute_tensor(host((4, 16)), L((None, "model"), mesh))
+    b = ti.distribute_tensor(host((4,)), L((None,), mesh))
+    plain = rules.plan_for(F.linear, (x, w), {}, x.device_mesh)
+    biased = rules.plan_for(F.linear, (x, w, b), {}, x.device_mesh)
+    assert plain is not biased and len(plain.inputs) == 2 and len(biased.inputs) == 3
+    assert biased.linear is False and isinstance(biased.outputs, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        biased.linear = True
+    with pytest.raises(TypeError):  # inputs are held read-only
+        biased.inputs[("a", 0)] = ()
+
+
 # ------------------------------------------------ DTensor's "no strategy" errors
 
 from parity.torch_impl.semantics import dtensor_errors  # noqa: E402
 
 
-def test_no_strategy_matches_dtensors_error_for_reshaping_a_sharded_dim(sim8):
+def test_placements_kind_matches_dtensors_error_for_reshaping_a_sharded_dim(sim8):
     _, mesh = meshes()
     x = ti.distribute_tensor(host((8, 16)), L((None, ("data", "model")), mesh))
     with pytest.raises(RuntimeError) as info:
         x.view(8, 2, 8)  # plain DTensor: "... Please redistribute the input first."
-    assert dtensor_errors.no_strategy(info.value)
+    assert dtensor_errors.kind(info.value) == "placements"
 
 
 @pytest.mark.parametrize("message", [
@@ -514,14 +536,14 @@ def test_no_strategy_matches_dtensors_error_for_reshaping_a_sharded_dim(sim8):
     "by mesh dimension 1 (size 4). Please redistribute the tensor before this operation.",
     "Cannot flatten unevenly sharded tensor: dimension 0 (size 6) is not evenly divisible",
 ])
-def test_no_strategy_matches_each_dtensor_message(message):
-    assert dtensor_errors.no_strategy(RuntimeError(message))
-    assert dtensor_errors.no_strategy(NotImplementedError(message))
+def test_placements_kind_matches_each_dtensor_message(message):
+    assert dtensor_errors.kind(RuntimeError(message)) == "placements"
+    assert dtensor_errors.kind(NotImplementedError(message)) == "placements"
 
 
-def test_no_strategy_lets_other_errors_through():
-    assert not dtensor_errors.no_strategy(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
-    assert not dtensor_errors.no_strategy(ValueError("Please redistribute the input first."))
+def test_placements_kind_lets_other_errors_through():
+    assert dtensor_errors.kind(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+    assert dtensor_errors.kind(ValueError("Please redistribute the input first.")) is None
 
 
 @pytest.mark.parametrize("message, kind", [

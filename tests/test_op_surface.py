@@ -145,8 +145,10 @@ def test_op_without_a_dtensor_strategy_runs_on_the_gathered_values(mesh):
 def test_in_place_op_without_a_strategy_on_a_sharded_operand_is_refused(mesh):
     x = put(host((4, 8)), ("data", "model"), mesh)
     index = torch.zeros(4, 8, dtype=torch.long)
-    with ti.jax_semantics(), pytest.raises(parity.UnsupportedOpError, match="scatter_reduce_"):
+    with ti.jax_semantics(), pytest.raises(parity.UnsupportedOpError, match="scatter_reduce_") as info:
         x.scatter_reduce_(0, index, put(host((4, 8), 1), ("data", "model"), mesh), "sum")
+    assert info.value.op.endswith("scatter_reduce_") and info.value.reason
+    assert tuple(x.placements) in info.value.placements
 
 
 def test_attention_with_sharded_heads_gives_the_unsharded_value(mesh):
@@ -228,8 +230,9 @@ def test_cummax_gradient_over_a_sharded_dim(mesh):
 
 def test_segment_reduce_is_refused_with_a_parity_error(mesh):
     x = put(host((8,)), ("data",), mesh)
-    with ti.jax_semantics(), pytest.raises(parity.UnsupportedOpError, match="segment_reduce"):
+    with ti.jax_semantics(), pytest.raises(parity.UnsupportedOpError, match="segment_reduce") as info:
         torch.segment_reduce(x, "max", lengths=torch.tensor([4, 4]))
+    assert info.value.op.endswith("segment_reduce") and info.value.reason
 
 
 def test_advanced_index_gradient_over_a_sharded_dim(mesh):

@@ -17,7 +17,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 
 import parity
 from parity import torch_impl as ti
-from parity.torch_impl.torch_compat import flatten_registry
+from parity.torch_impl.runtime.torch_compat import flatten_registry
 
 L = parity.TensorLayout
 HOST = np.arange(128, dtype=np.float32).reshape(8, 16)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.distributed import _local_tensor
 
-from parity.torch_impl import torch_compat
+from parity.torch_impl.runtime import torch_compat
 
 
 def test_fallback_rank_map_builds_the_same_local_tensor_as_torch(sim8):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import parity
 from parity.layout_space import all_specs
-from parity.torch_impl.placements import to_placements, to_spec
+from parity.torch_impl.layouts.placements import to_placements, to_spec
 
 
 def host_array(shape, seed=0):
@@ -220,38 +220,47 @@ def mesh24(sim8):
 
 
 def test_unknown_axis_raises_layout_error(mesh24):
-    with pytest.raises(parity.LayoutError, match="'expert'"):
+    with pytest.raises(parity.LayoutError, match="'expert'") as info:
         parity.TensorLayout(("expert", None), mesh24)
+    assert (info.value.what, info.value.value) == ("axes", ("expert", None))
 
 
 def test_axis_used_twice_raises_layout_error(mesh24):
-    with pytest.raises(parity.LayoutError, match="used twice"):
+    with pytest.raises(parity.LayoutError, match="used twice") as info:
         parity.TensorLayout(("data", "data"), mesh24)
+    assert (info.value.what, info.value.value) == ("axes", ("data", "data"))
 
 
 def test_rank_mismatch_raises_layout_error(sim8, mesh24):
-    with pytest.raises(parity.LayoutError, match="rank 2"):
+    with pytest.raises(parity.LayoutError, match="rank 2") as info:
         sim8.distribute_tensor(np.ones((4, 4)), parity.TensorLayout(("data",), mesh24))
+    assert (info.value.what, info.value.value) == ("shape", (4, 4))
 
 
 def test_indivisible_dim_raises_sharding_error_instead_of_uneven_chunks(sim8, mesh24):
-    with pytest.raises(parity.ShardingError, match="Dim 1 of shape \\(4, 6\\) has size 6"):
+    with pytest.raises(parity.IndivisibleError, match="Dim 1 of shape \\(4, 6\\) has size 6") as info:
         sim8.distribute_tensor(np.ones((4, 6)), parity.TensorLayout(("data", "model"), mesh24))
+    err = info.value
+    assert (err.dim, err.size, err.axes, err.shards) == (1, 6, ("model",), 4)
 
 
 def test_device_count_mismatch_raises(sim8):
-    with pytest.raises(parity.LayoutError, match="number of devices"):
+    with pytest.raises(parity.LayoutError, match="number of devices") as info:
         parity.DeviceMesh((4, 4), ("data", "model"))
+    assert (info.value.what, info.value.value) == ("devices", (8,))
 
 
 def test_collective_bad_arguments_raise_layout_error(sim8, mesh24):
     x = sim8.distribute_tensor(np.ones((4, 4), np.float32), parity.TensorLayout(("data", None), mesh24))
-    with pytest.raises(parity.LayoutError, match="'expert' is not a mesh axis"):
+    with pytest.raises(parity.LayoutError, match="'expert' is not a mesh axis") as info:
         sim8.all_reduce(x, "sum", axis_name="expert")
-    with pytest.raises(parity.LayoutError, match="'prod'"):
+    assert (info.value.what, info.value.value) == ("axis_name", "expert")
+    with pytest.raises(parity.LayoutError, match="'prod'") as info:
         sim8.all_reduce(x, "prod", axis_name="data")
-    with pytest.raises(parity.LayoutError, match="axis=2"):
+    assert (info.value.what, info.value.value) == ("op", "prod")
+    with pytest.raises(parity.LayoutError, match="axis=2") as info:
         sim8.all_gather(x, 2, "model")
+    assert (info.value.what, info.value.value) == ("axis", 2)
 
 
 def test_plain_tensor_to_collective_raises_parity_error(sim8):
@@ -341,7 +350,7 @@ def test_scalar_variable_keeps_rank_zero(sim8):
 
 
 def test_ranks_use_nccl_only_when_each_local_rank_has_a_gpu(monkeypatch):
-    from parity.torch_impl import devices
+    from parity.torch_impl.runtime import devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -353,7 +362,7 @@ def test_ranks_use_nccl_only_when_each_local_rank_has_a_gpu(monkeypatch):
 
 
 def test_ranks_use_gloo_without_cuda(monkeypatch):
-    from parity.torch_impl import devices
+    from parity.torch_impl.runtime import devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert not devices._one_gpu_per_local_rank({"LOCAL_WORLD_SIZE": "1"})

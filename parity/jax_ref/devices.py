@@ -115,7 +115,8 @@ def to_jax_device(name: Any) -> Any:
     raise LayoutError(
         f"Device {text!r} not found; JAX has {[device_name(d) for d in jax.devices()]}. "
         "Fix: build the DeviceMesh from parity.jax_ref.list_devices(), or "
-        "simulate more devices."
+        "simulate more devices.",
+        what="device", value=text,
     )
 
 

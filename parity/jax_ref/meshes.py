@@ -103,7 +103,8 @@ def require_layout(layout: Any) -> TensorLayout:
     if not isinstance(layout, TensorLayout):
         raise LayoutError(
             f"Expected a parity.TensorLayout, got {type(layout).__name__}: "
-            f"{layout!r}. Fix: parity.TensorLayout(axes, device_mesh)."
+            f"{layout!r}. Fix: parity.TensorLayout(axes, device_mesh).",
+            what="layout", value=layout,
         )
     layout.require_mesh()
     return layout

@@ -13,32 +13,32 @@ with torch_impl.simulate(8):
     torch_impl.all_reduce(x, "sum", axis_name="model")
 ```
 
-Modules: ``devices`` (simulate, initialize, list_devices), ``state`` (the
-mode it runs in), ``meshes`` (parity <-> torch meshes), ``placements``
-(specs <-> DTensor placements), ``distribute``, ``collectives`` (on
-``group_ops``), ``describe``, ``torch_compat`` (torch-version shims),
-``watchdog`` / ``fault_diagnosis`` (lost ranks), ``semantics``
-(``jax_semantics``), ``keras`` (the Keras backend shim).
+Folders, each on the ones after it: ``keras`` (the Keras backend shim),
+``semantics`` (``jax_semantics``), ``arrays`` (distribute, to_numpy,
+describe), ``collectives`` (all_reduce, all_gather, reduce_scatter, their
+traced twins, donation), ``layouts`` (meshes, specs <-> placements),
+``runtime`` (devices, state, watchdog, torch_compat).
 """
 
 from parity.backends import BACKEND_FUNCTIONS
-from parity.torch_impl.collectives import all_gather, all_reduce, reduce_scatter
-from parity.torch_impl import traced_collectives  # noqa: F401 - their dynamo twins
-from parity.torch_impl.describe import describe
-from parity.torch_impl.devices import get_device_count, initialize, list_devices
-from parity.torch_impl.devices import num_processes, process_id, simulate, torch_device
-from parity.torch_impl.distribute import all_gather_variable, distribute_data_input
-from parity.torch_impl.distribute import distribute_tensor, distribute_variable
-from parity.torch_impl.distribute import local_block, to_numpy
+from parity.torch_impl.runtime.devices import get_device_count, initialize, list_devices
+from parity.torch_impl.runtime.devices import num_processes, process_id, simulate, torch_device
+from parity.torch_impl.runtime.state import device_type
+from parity.torch_impl.layouts.meshes import mesh_axis_names, to_parity_mesh, to_torch_mesh
+from parity.torch_impl.layouts.placements import to_placements, to_spec
+from parity.torch_impl.collectives.eager import all_gather, all_reduce, reduce_scatter
+from parity.torch_impl.collectives.gather import all_gather_variable
+from parity.torch_impl.collectives import traced as _traced  # noqa: F401 - registers their dynamo twins
+from parity.torch_impl.arrays.describe import describe
+from parity.torch_impl.arrays.distribute import distribute_data_input
+from parity.torch_impl.arrays.distribute import distribute_tensor, distribute_variable
+from parity.torch_impl.arrays.distribute import local_block, to_numpy
+from parity.torch_impl.semantics import jax_semantics
 from parity.torch_impl.keras.distribution_lib import _to_backend_device, _to_backend_layout
 from parity.torch_impl.keras.distribution_lib import _to_backend_mesh
-from parity.torch_impl.keras.install import install_keras, keras_installed, uninstall_keras
-from parity.torch_impl.meshes import mesh_axis_names, to_parity_mesh, to_torch_mesh
-from parity.torch_impl.placements import to_placements, to_spec
-from parity.torch_impl.semantics import jax_semantics
-from parity.torch_impl.state import device_type
+from parity.torch_impl.keras.install import install_keras, keras_install_scope, uninstall_keras
 
 __all__ = sorted({*BACKEND_FUNCTIONS, "device_type", "install_keras", "jax_semantics",
-                  "keras_installed", "uninstall_keras", "mesh_axis_names", "to_placements",
+                  "keras_install_scope", "uninstall_keras", "mesh_axis_names", "to_placements",
                   "to_spec", "to_torch_mesh",
                   "torch_device"})

@@ -134,7 +134,7 @@ def check_install_replaces_keras_distribution_lib_and_uninstall_restores_it():
 
 @check
 def check_keras_own_path_works_after_uninstall():
-    with ti.keras_installed():
+    with ti.keras_install_scope():
         pass
     losses = fit_mlp()
     assert np.isfinite(losses).all(), losses
@@ -142,7 +142,7 @@ def check_keras_own_path_works_after_uninstall():
 
 @check
 def check_install_after_uninstall_distributes_again():
-    with ti.keras_installed(), ti.simulate(8):
+    with ti.keras_install_scope(), ti.simulate(8):
         from keras import distribution as kd
 
         mesh = kd.DeviceMesh((2, 4), ("batch", "model"), kd.list_devices())

@@ -38,7 +38,7 @@ def naming_compile_errors(fn, model, step: str):
     """``fn`` (a ``torch.compile``'d step) raising ``KerasCompileError`` --
     naming the model, the step and the layer dynamo failed in -- in place
     of dynamo's own error."""
-    from torch._dynamo.exc import TorchDynamoException
+    from parity.torch_impl.runtime.torch_compat import TorchDynamoException
 
     @functools.wraps(fn)
     def compiled_step(*args, **kwargs):

@@ -25,9 +25,11 @@ from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 from torch.distributed.tensor import DTensor
 
 import parity
-from parity.torch_impl import distribute as _dist
-from parity.torch_impl import devices, meshes
-from parity.torch_impl.tensors import placements_of, require_layout
+from parity.torch_impl.arrays import distribute as _dist
+from parity.torch_impl.runtime import devices
+from parity.torch_impl.layouts import meshes
+from parity.torch_impl.layouts.specs import placements_for
+from parity.torch_impl.layouts.tensors import require_layout
 
 __all__ = [
     "TorchSharding",
@@ -138,10 +140,10 @@ def _to_backend_layout(tensor_layout):
             "Cannot create sharding when device mesh is not set for TensorLayout."
         )
     layout = _parity_layout(tensor_layout)
-    mesh = layout.require_mesh()
+    torch_mesh = meshes.to_torch_mesh(layout.require_mesh())
     return TorchSharding(
-        mesh=meshes.to_torch_mesh(mesh),
-        placements=tuple(placements_of(layout)),
+        mesh=torch_mesh,
+        placements=placements_for(layout.spec, torch_mesh),
         spec=layout.spec,
         layout=layout,
     )
@@ -185,10 +187,9 @@ def _passes_through(x) -> bool:
 
 
 def _same_layout(x: DTensor, layout: parity.TensorLayout) -> bool:
-    return (
-        x.device_mesh == meshes.to_torch_mesh(layout.require_mesh())
-        and tuple(x.placements) == tuple(placements_of(layout))
-    )
+    torch_mesh = meshes.to_torch_mesh(layout.require_mesh())
+    return x.device_mesh == torch_mesh and tuple(x.placements) == placements_for(layout.spec,
+                                                                                 torch_mesh)
 
 
 def _distribute_one(x, layout):

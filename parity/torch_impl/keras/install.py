@@ -26,6 +26,7 @@ import importlib
 import threading
 import types
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from parity.errors import KerasInstallError, ParityError
@@ -229,8 +230,8 @@ def uninstall_keras() -> None:
 
 
 @contextlib.contextmanager
-def keras_installed():
-    """``install_keras()`` for the duration of a ``with`` block, then
+def keras_install_scope() -> Iterator[None]:
+    """A context manager: ``install_keras()`` for the duration of a ``with`` block, then
     ``uninstall_keras()`` (also when the block raises)."""
     install_keras()
     try:
@@ -240,4 +241,6 @@ def keras_installed():
 
 
 def is_installed() -> bool:
+    """Whether parity is installed into Keras now (a predicate; the context
+    manager is ``keras_install_scope``)."""
     return _installed

@@ -32,15 +32,10 @@ _state = threading.local()
 
 def mixing_context():
     """The context in which plain tensors meet DTensors: the core's
-    ``jax_semantics()`` when it exists, else DTensor's
-    ``implicit_replication()``."""
-    import parity.torch_impl as ti
+    ``jax_semantics()``."""
+    from parity.torch_impl.semantics import jax_semantics
 
-    if hasattr(ti, "jax_semantics"):
-        return ti.jax_semantics()
-    from torch.distributed.tensor.experimental import implicit_replication
-
-    return implicit_replication()
+    return jax_semantics()
 
 
 def _distribution():
@@ -50,7 +45,7 @@ def _distribution():
 
 
 def _may_meet_dtensors() -> bool:
-    from parity.torch_impl import state
+    from parity.torch_impl.runtime import state
 
     return _distribution() is not None or state.mode() != "plain"
 
@@ -119,7 +114,7 @@ def _make_iterator_class():
         distribution is set (as ``JAXEpochIterator`` does)."""
 
         def _get_iterator(self):
-            from parity.torch_impl import state
+            from parity.torch_impl.runtime import state
 
             distribution = _distribution()
             if distribution is None:
@@ -141,7 +136,7 @@ def _make_iterator_class():
 def _outside_local_mode(iterable):
     """Batches of a torch ``DataLoader`` fetched outside ``LocalTensorMode``
     (its index tensors must stay plain)."""
-    from parity.torch_impl.torch_compat import maybe_disable_local_tensor_mode
+    from parity.torch_impl.runtime.torch_compat import maybe_disable_local_tensor_mode
 
     with maybe_disable_local_tensor_mode():
         iterator = iter(iterable)
@@ -188,7 +183,7 @@ def _should_torch_compile(self):
     "Multiple dispatch failed for 'torch._ops.aten.div.Tensor'"); there the
     steps run eagerly (the same values) and parity says so once, with that
     reason."""
-    from parity.torch_impl import state
+    from parity.torch_impl.runtime import state
 
     if self.jit_compile and _distribution() is not None and state.mode() == "simulated":
         if not getattr(_state, "warned_jit", False):
@@ -268,7 +263,7 @@ def _configure_async_dispatch(self, callbacks):
 def _parity_runs() -> bool:
     """A distribution is set or ranks are simulated: parity, not the
     trainer's own torch.distributed code, handles the step."""
-    from parity.torch_impl import state
+    from parity.torch_impl.runtime import state
 
     return _distribution() is not None or state.mode() == "simulated"
 

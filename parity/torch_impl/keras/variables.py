@@ -25,13 +25,13 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from parity.torch_impl.keras import distribution_lib as kdl
-from parity.torch_impl.distribute import all_gather_variable
+from parity.torch_impl.collectives.gather import all_gather_variable
 
 _ORIGINAL: dict[str, object] = {}
 
 
 def _no_local_mode():
-    from parity.torch_impl.torch_compat import maybe_disable_local_tensor_mode
+    from parity.torch_impl.runtime.torch_compat import maybe_disable_local_tensor_mode
 
     return maybe_disable_local_tensor_mode()
 

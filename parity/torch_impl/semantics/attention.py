@@ -36,10 +36,10 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from parity.layout import TensorLayout
-from parity.torch_impl import meshes
+from parity.torch_impl.layouts import meshes
 from parity.torch_impl.semantics import pending
-from parity.torch_impl.semantics import specs as S
-from parity.torch_impl.tensors import from_local_blocks
+from parity.torch_impl.layouts import specs as S
+from parity.torch_impl.layouts.tensors import from_local_blocks
 
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 

@@ -91,8 +91,8 @@ import threading
 from typing import Any
 
 import torch
-from torch._C._dynamo.eval_frame import set_code_exec_strategy
-from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+from parity.torch_impl.runtime.torch_compat import aot_runtime_wrappers, skip_frames_of
 
 # The functions that must never be traced by dynamo under jax_semantics().
 _TENSOR_BACKWARD = torch.Tensor.backward
@@ -125,11 +125,11 @@ def _recording_root_meshes(func: Any) -> Any:
     return run
 
 
-_UNTRACED_TENSOR_BACKWARD = torch._dynamo.disable(
+_UNTRACED_TENSOR_BACKWARD = torch.compiler.disable(
     _recording_root_meshes(_TENSOR_BACKWARD), recursive=True)
-_UNTRACED_AUTOGRAD_BACKWARD = torch._dynamo.disable(
+_UNTRACED_AUTOGRAD_BACKWARD = torch.compiler.disable(
     _recording_root_meshes(_AUTOGRAD_BACKWARD), recursive=True)
-_UNTRACED_AUTOGRAD_GRAD = torch._dynamo.disable(_recording_root_meshes(_AUTOGRAD_GRAD), recursive=True)
+_UNTRACED_AUTOGRAD_GRAD = torch.compiler.disable(_recording_root_meshes(_AUTOGRAD_GRAD), recursive=True)
 
 
 def runs_untraced(func: Any) -> bool:
@@ -188,8 +188,7 @@ def _install_tangent_patch() -> None:
     compiled backward's generated prologue when it is built, so this runs at
     import, before anything compiles). A torch without it has nothing to
     patch."""
-    from torch._functorch._aot_autograd import runtime_wrappers
-
+    runtime_wrappers = aot_runtime_wrappers()
     owner = getattr(runtime_wrappers, "AOTDispatchAutograd", None)
     original = getattr(owner, "process_runtime_tangent", None)
     if original is None or hasattr(original, "_parity_original"):
@@ -266,8 +265,7 @@ def _install_alias_patch() -> None:
     look it up (their generated alias epilogue binds it when a graph is
     compiled, so this runs at import). A torch without it has nothing to
     patch."""
-    from torch._functorch._aot_autograd import runtime_wrappers
-
+    runtime_wrappers = aot_runtime_wrappers()
     original = getattr(runtime_wrappers, "gen_alias_from_base", None)
     if original is None or hasattr(original, "_parity_original"):
         return
@@ -281,5 +279,5 @@ def skip_alone(fn: Any) -> Any:
     """Never let dynamo compile ``fn``'s frames, nor what they call, as
     top-level frames; dynamo still inlines ``fn`` where it traces a caller
     (see the module docstring). Returns ``fn``."""
-    set_code_exec_strategy(fn.__code__, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+    skip_frames_of(fn.__code__)
     return fn

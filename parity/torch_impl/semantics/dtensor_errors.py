@@ -72,8 +72,3 @@ def kind(err: BaseException) -> str | None:
             return found
     return None
 
-
-def no_strategy(err: BaseException) -> bool:
-    """Whether DTensor has no strategy for the operands' *placements* (it
-    may have one once they are gathered)."""
-    return kind(err) == "placements"

@@ -77,12 +77,12 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.experimental import implicit_replication
-from torch.utils._pytree import tree_map
 
 from parity.errors import UnsupportedOpError
-from parity.torch_impl.distribute import first_rank_value
+from parity.torch_impl.runtime.torch_compat import tree_map
+from parity.torch_impl.arrays.distribute import first_rank_value
 from parity.torch_impl.semantics import pending
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.semantics.rules.registry import torch_ops
 
 # Ops whose DTensor strategy gives wrong values for some placements: always
@@ -147,7 +147,7 @@ REFUSED = frozenset({torch.segment_reduce, torch._segment_reduce}) | _SPARSE
 GRAD_REFUSED = frozenset({torch.as_strided, torch.Tensor.as_strided})
 
 
-@torch._dynamo.assume_constant_result
+@torch.compiler.assume_constant_result
 def refused(func: Any) -> bool:
     """Whether parity refuses ``func`` on DTensors (``REFUSED``)."""
     return func in REFUSED
@@ -171,13 +171,13 @@ def refuse(func: Any, args: tuple, kwargs: dict) -> None:
     )
 
 
-@torch._dynamo.assume_constant_result
+@torch.compiler.assume_constant_result
 def backward_missing(func: Any) -> bool:
     """Whether DTensor cannot run ``func``'s backward (``BACKWARD_MISSING``)."""
     return func in BACKWARD_MISSING
 
 
-@torch._dynamo.assume_constant_result
+@torch.compiler.assume_constant_result
 def known_wrong(func: Any) -> bool:
     """Whether ``func`` is on ``KNOWN_WRONG`` (a constant under dynamo)."""
     return func in KNOWN_WRONG
@@ -209,7 +209,7 @@ def _needs_grad(args: tuple, kwargs: dict) -> bool:
     return bool(found)
 
 
-@torch._dynamo.assume_constant_result
+@torch.compiler.assume_constant_result
 def _inplace_by_name(func: Any) -> bool:
     # a constant under dynamo, which cannot trace str.endswith on the name
     name = getattr(func, "__name__", "") or ""

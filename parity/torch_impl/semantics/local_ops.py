@@ -52,10 +52,10 @@ from torch.distributed.tensor import DTensor, Partial
 from parity import sharding_rules as R
 
 from parity.layout import TensorLayout
-from parity.torch_impl import meshes
+from parity.torch_impl.layouts import meshes
 from parity.torch_impl.semantics import pending
-from parity.torch_impl.semantics import specs as S
-from parity.torch_impl.tensors import contiguous_stride, from_local_blocks
+from parity.torch_impl.layouts import specs as S
+from parity.torch_impl.layouts.tensors import contiguous_stride, from_local_blocks
 
 LOCAL_REDUCTIONS = frozenset({"prod", "__getitem__", "scaled_dot_product_attention", "tensordot",
                               "_batch_norm_with_update", "_batch_norm_with_update.default",

@@ -44,7 +44,6 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from parity.torch_impl.semantics import (
     compile_support,
@@ -57,7 +56,8 @@ from parity.torch_impl.semantics import (
     pending,
     rules,
 )
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
+from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
 
 # Names handled by torch itself: metadata, autograd plumbing, conversions
 # that never compute on values.
@@ -167,7 +167,7 @@ def jax_semantics(defer: bool = False) -> JaxSemantics:
     return JaxSemantics(defer)
 
 
-@torch._dynamo.assume_constant_result
+@torch.compiler.assume_constant_result
 def _name_of(func) -> str | None:
     # Under torch.compile dynamo traces this mode; a function's ``__name__``
     # must be a constant there, or every string test on it breaks the graph.
@@ -265,7 +265,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         # np.asarray(x), and numpy's side of ``x * ndarray`` (torch's operator
         # gives up on an ndarray before any __torch_function__): the global
         # array, as np.asarray does on a jax.Array.
-        from parity.torch_impl.distribute import to_numpy
+        from parity.torch_impl.arrays.distribute import to_numpy
 
         array = to_numpy(args[0])
         dtype = args[1] if len(args) > 1 else kwargs.get("dtype")

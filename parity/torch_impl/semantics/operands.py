@@ -17,8 +17,8 @@ import torch
 from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import MeshMismatchError
-from parity.torch_impl import state
-from parity.torch_impl.tensors import as_host_tensor
+from parity.torch_impl.runtime import state
+from parity.torch_impl.layouts.tensors import as_host_tensor
 
 _SEQ = (list, tuple)
 
@@ -119,16 +119,17 @@ def wrap_numpy_result(like: DTensor, array: Any) -> DTensor:
     operand), replicated where the shapes differ. Not differentiable: numpy
     computed it.
     """
-    from parity.torch_impl import distribute
-    from parity.torch_impl.semantics import specs as S
+    from parity.torch_impl.arrays import distribute
+    from parity import sharding_rules as R
+    from parity.torch_impl.layouts import specs as S
 
     host = as_host_tensor(np.asarray(array))
     mesh = like.device_mesh
     spec = S.spec_of(like) if tuple(host.shape) == tuple(like.shape) else ((),) * host.ndim
     sizes = S.axis_sizes(mesh)
-    spec = S.fit_to_shape(spec, tuple(host.shape), sizes)
+    spec = R.fit_to_shape(spec, tuple(host.shape), sizes)
     from parity.layout import TensorLayout
-    from parity.torch_impl.meshes import to_parity_mesh
+    from parity.torch_impl.layouts.meshes import to_parity_mesh
 
     layout = TensorLayout.from_spec(spec, to_parity_mesh(mesh))
     return distribute.distribute_tensor(host, layout)

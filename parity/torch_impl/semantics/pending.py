@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import weakref
 
-import torch
 from torch.distributed.tensor import DTensor
 
-from parity.torch_impl.semantics import specs as S
-from parity.torch_impl.tensors import resolve_pending
+from parity.torch_impl.layouts import specs as S
 
 # Deferred tensors carry this attribute; describe/to_local look for it.
 DEFERRED_ATTR = "_parity_deferred"
@@ -27,7 +25,7 @@ _deferred: "weakref.WeakSet[DTensor]" = weakref.WeakSet()
 
 
 # ``x`` with every pending reduction completed (replicated on that axis).
-complete = resolve_pending
+complete = S.resolve_pending
 
 
 def mark_deferred(x: DTensor) -> DTensor:
@@ -67,11 +65,3 @@ def _install_to_local_hook() -> None:
     DTensor.to_local = to_local  # type: ignore[method-assign]
     _hook_installed = True
 
-
-def resolve_deferred(x):
-    """``x`` completed when it is a deferred pending value, else ``x``."""
-    return complete(x) if is_deferred(x) else x
-
-
-def no_grad_enabled() -> bool:
-    return not torch.is_grad_enabled()

@@ -9,11 +9,13 @@ output's. With one pending operand the call is linear:
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch.distributed.tensor import DTensor
 
 from parity import sharding_rules as R
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.semantics.rules.registry import (
     Call,
     Locator,
@@ -57,16 +59,15 @@ def linear(call: Call) -> Plan:
     locs = {id(t): loc for loc, t in call.tensors()}
     lets_x = "ABCDEFGHIJ"[: x.ndim - 1] + "k"
     plan = _plan(call, [(locs[id(x)], x), (locs[id(w)], w)], [lets_x, "nk"], lets_x[:-1] + "n")
-    if isinstance(bias, DTensor):
-        out = plan.outputs[0]
-        bias_names = S.spec_of(bias)[0]
-        if not out[-1] and bias_names and not (set(bias_names) & {n for d in out for n in d}):
-            out = out[:-1] + (bias_names,)
-            plan.inputs[locs[id(w)]] = (bias_names, plan.inputs[locs[id(w)]][1])
-            plan.outputs = [out]
-        plan.inputs[locs[id(bias)]] = (out[-1],)
-        plan.linear = False
-    return plan
+    if not isinstance(bias, DTensor):
+        return plan
+    inputs, out = dict(plan.inputs), plan.outputs[0]
+    bias_names = S.spec_of(bias)[0]
+    if not out[-1] and bias_names and not (set(bias_names) & {n for d in out for n in d}):
+        out = out[:-1] + (bias_names,)
+        inputs[locs[id(w)]] = (bias_names, inputs[locs[id(w)]][1])
+    inputs[locs[id(bias)]] = (out[-1],)
+    return dataclasses.replace(plan, inputs=inputs, outputs=[out], linear=False)
 
 
 @rule_for(*torch_ops("einsum"))
@@ -201,5 +202,4 @@ def tensordot(call: Call) -> Plan:
         raise NotCovered
     lets_a, lets_b, out = lettered
     plan = _plan(call, [(la, a), (lb, b)], [lets_a, lets_b], out)
-    plan.linear = False  # local_ops completes pending operands first
-    return plan
+    return dataclasses.replace(plan, linear=False)  # local_ops completes pending operands first

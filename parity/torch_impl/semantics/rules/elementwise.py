@@ -10,7 +10,7 @@ mul/div of one pending value by scalars, are linear (``defer``).
 from __future__ import annotations
 
 from parity import sharding_rules as R
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.semantics.rules.registry import Call, Plan, rule_for, torch_ops
 
 _LINEAR = frozenset(

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from parity.sharding_rules import fit_to_shape
 from parity.sharding_rules.gather import take_rows
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.semantics.rules.registry import Call, NotCovered, Plan, rule_for
 
 

@@ -30,7 +30,7 @@ and the result is replicated.
 from __future__ import annotations
 
 from parity import sharding_rules as R
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.semantics.rules.registry import Call, NotCovered, Plan, rule_for, torch_ops
 
 

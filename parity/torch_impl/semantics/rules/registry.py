@@ -20,14 +20,15 @@ builtin callables is not something dynamo can trace without a graph break).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
 
 Locator = tuple  # ("a", i) | ("a", i, j) | ("k", name) | ("k", name, j)
 _NAMESPACES = (torch, torch.Tensor, F, torch._C._nn)
@@ -38,22 +39,29 @@ class NotCovered(Exception):
     argument it does not parse, a layout its algebra has no answer for)."""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Plan:
-    """What to do around one op.
+    """What to do around one op (a value: a rule that changes a plan makes a
+    new one with ``dataclasses.replace``).
 
-    ``inputs``: operand locator -> spec to reshard to before the op.
-    ``outputs``: spec per tensor output (flattened order), ``None`` for "as
-    DTensor gives it, reductions completed"; or a callable from the outputs
-    to that list (for rules that need the output shapes).
+    ``inputs``: operand locator -> spec to reshard to before the op (held
+    read-only).
+    ``outputs``: spec per tensor output (flattened order, a tuple), ``None``
+    for "as DTensor gives it, reductions completed"; or a callable from the
+    outputs to that list (for rules that need the output shapes).
     ``linear``: pending sums may pass through (``defer``).
     ``chosen``: JAX's explicit mode refuses this op; the plan is auto mode's.
     """
 
-    inputs: dict = dataclasses.field(default_factory=dict)
+    inputs: Mapping[Locator, Any] = dataclasses.field(default_factory=dict)
     outputs: Any = None
     linear: bool = False
     chosen: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", types.MappingProxyType(dict(self.inputs)))
+        if isinstance(self.outputs, list):
+            object.__setattr__(self, "outputs", tuple(self.outputs))
 
 
 class Call:
@@ -150,7 +158,7 @@ def covered() -> frozenset:
     return frozenset(_KEYS)
 
 
-@torch._dynamo.assume_constant_result
+@torch.compiler.assume_constant_result
 def _key_of(func) -> str | None:
     return _KEYS.get(func)
 

@@ -15,7 +15,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from parity import sharding_rules as R
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.semantics.rules.registry import Call, NotCovered, Plan, rule_for, torch_ops
 
 

@@ -24,7 +24,7 @@ must be 1 when there is padding"). Here:
 from __future__ import annotations
 
 from parity import sharding_rules as R
-from parity.torch_impl.semantics import specs as S
+from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.semantics.rules.registry import Call, NotCovered, Plan, rule_for, torch_ops
 
 _CONV = {f"conv{k}d": k for k in (1, 2, 3)} | {f"conv_transpose{k}d": k for k in (1, 2, 3)}

@@ -13,8 +13,8 @@ from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 
 from parity.errors import ParityError
 from parity.mesh import DeviceMesh
-from parity.torch_impl import state
-from parity.torch_impl.devices import device_rank
+from parity.torch_impl.runtime import state
+from parity.torch_impl.runtime.devices import device_rank
 
 # Both caches hold one generation's meshes; a new generation empties them.
 _dynamo_compiling = torch.compiler.is_dynamo_compiling  # False eagerly; dynamo folds it to True

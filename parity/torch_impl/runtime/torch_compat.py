@@ -14,6 +14,9 @@ Each name here is torch's own where this torch has it, else an equivalent:
   ``dist_all_gather_single`` and ``dist_reduce_scatter_single`` are what a
   ``torch.distributed`` user calls (the benchmarks time them as the raw
   library).
+
+It is also the one module that imports torch's private names (the end of
+this file): a torch that moves one breaks here, at import, and nowhere else.
 """
 
 from __future__ import annotations
@@ -24,8 +27,20 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
+from torch._dynamo.decorators import substitute_in_graph
+from torch._dynamo.exc import TorchDynamoException
 from torch.distributed import _local_tensor
+from torch.distributed import distributed_c10d as c10d
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+from torch.distributed.tensor.placement_types import _StridedShard as StridedShard
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode_stack
+
+__all__ = [  # the private names re-exported, besides the shims defined below
+    "DTensorSpec", "StridedShard", "TensorMeta", "TorchDynamoException", "c10d", "funcol",
+    "substitute_in_graph",
+    "tree_flatten", "tree_map", "tree_unflatten",
+]
 
 
 def _newer(module: object, name: str, older: Callable) -> Callable:
@@ -94,3 +109,40 @@ def traced_through(cached: Callable) -> Callable:
     if allow is not None:
         allow(cached)
     return cached
+
+
+# ``torch._C._storage_Use_Count``: how many references a storage has (None on
+# a torch without it: donation then reuses no block).
+storage_use_count: Callable | None = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def simulation_parts() -> tuple[type, type]:
+    """``(LocalTensorMode, FakeStore)``: what ``simulate(n)`` runs its ranks
+    on (imported when first asked: ``torch.testing`` is slow to import)."""
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    return LocalTensorMode, FakeStore
+
+
+def aot_runtime_wrappers():
+    """AOTAutograd's ``runtime_wrappers`` module (the compile workarounds
+    patch two of its functions)."""
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    return runtime_wrappers
+
+
+def skip_frames_of(code) -> None:
+    """Never let dynamo compile frames of ``code``, nor what they call, as
+    top-level frames (what ``torch._dynamo.skip`` does without marking the
+    code skipped when inlined)."""
+    from torch._C._dynamo.eval_frame import set_code_exec_strategy
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+    set_code_exec_strategy(code, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+
+
+def default_store():
+    """The default process group's store (torch has no public getter)."""
+    return c10d._get_default_store()

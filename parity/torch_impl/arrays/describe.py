@@ -10,9 +10,9 @@ from torch.distributed.tensor import Shard
 from parity.errors import IndivisibleError
 from parity.layout import TensorLayout, mesh_coords
 from parity.placement import Placement
-from parity.torch_impl import meshes
-from parity.torch_impl.distribute import require_dtensor
-from parity.torch_impl.tensors import resolve_pending, spec_of
+from parity.torch_impl.layouts import meshes
+from parity.torch_impl.collectives.donation import require_dtensor
+from parity.torch_impl.layouts.specs import resolve_pending, spec_and_pending
 
 
 def describe(x: Any) -> Placement:
@@ -27,7 +27,7 @@ def describe(x: Any) -> Placement:
     if getattr(x, "_parity_deferred", False):  # pending on purpose: jax_semantics(defer=True)
         x = resolve_pending(x)
     mesh = meshes.to_parity_mesh(x.device_mesh)
-    spec, pending = spec_of(x)
+    spec, pending = spec_and_pending(x)
     layout = TensorLayout.from_spec(spec, mesh)
     try:
         shards = layout.shards(tuple(x.shape))

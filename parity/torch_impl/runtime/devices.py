@@ -5,7 +5,7 @@
 * ``initialize()``: one process per device under torchrun (gloo on CPU,
   NCCL on GPU), with a watchdog that names a lost peer;
 * queries (``list_devices``, ``num_processes``, ``process_id``,
-  ``device_rank``) read ``parity.torch_impl.state`` and change nothing.
+  ``device_rank``) read ``parity.torch_impl.runtime.state`` and change nothing.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import torch.distributed as dist
 
 import parity
 from parity.errors import ParityError
-from parity.torch_impl import state
-from parity.torch_impl.state import torch_device
+from parity.torch_impl.runtime import state
+from parity.torch_impl.runtime.state import torch_device
+from parity.torch_impl.runtime.torch_compat import simulation_parts
 
 __all__ = ["device_rank", "get_device_count", "initialize", "list_devices", "num_processes",
            "process_id", "simulate", "torch_device"]
@@ -45,9 +46,7 @@ def simulate(n: int = 8, device: str = "cpu") -> Iterator[None]:
     Raises ``ParityError`` for n < 1, when already simulating or inside a real
     process group, or for ``device="cuda"`` without CUDA.
     """
-    from torch.distributed._local_tensor import LocalTensorMode
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
+    LocalTensorMode, FakeStore = simulation_parts()
     if not isinstance(n, int) or n < 1:
         raise ParityError(f"simulate(n) needs a positive int; got n={n!r}.")
     if device not in ("cpu", "cuda"):
@@ -137,7 +136,7 @@ def initialize(
             # (atexit is last-in, first-out): rank 0 keeps the store up for
             # the others until they are done, and only then lets it go.
             atexit.register(_destroy_at_normal_exit)
-            from parity.torch_impl import watchdog
+            from parity.torch_impl.runtime import watchdog
 
             watchdog.start(timeout_s)  # a lost peer ends this rank with its name
         backend_name = dist.get_backend()

@@ -28,10 +28,11 @@ import math
 from collections.abc import Sequence
 
 from torch.distributed.tensor import Partial, Replicate, Shard
-from torch.distributed.tensor.placement_types import Placement, _StridedShard
+from torch.distributed.tensor.placement_types import Placement
 
 from parity.errors import LayoutError
 from parity.layout import Spec
+from parity.torch_impl.runtime.torch_compat import StridedShard
 
 
 def to_placements(
@@ -50,10 +51,11 @@ def to_placements(
             if name not in axis_names:
                 raise LayoutError(
                     f"Spec {spec} names mesh axis {name!r} on dim {dim}; the mesh "
-                    f"axes are {axis_names}."
+                    f"axes are {axis_names}.",
+                    what="spec", value=spec,
                 )
             if name in used:
-                raise LayoutError(f"Mesh axis {name!r} is used twice in spec {spec}.")
+                raise LayoutError(f"Mesh axis {name!r} is used twice in spec {spec}.", what="spec", value=spec)
             used.add(name)
             mesh_dims.append(axis_names.index(name))
         for order, mesh_dim in enumerate(mesh_dims):
@@ -61,7 +63,7 @@ def to_placements(
                 [mesh_shape[m] for m in mesh_dims[:order] if m > mesh_dim]
             )
             placements[mesh_dim] = (
-                Shard(dim) if split == 1 else _StridedShard(dim, split_factor=split)
+                Shard(dim) if split == 1 else StridedShard(dim, split_factor=split)
             )
     return tuple(placements)
 
@@ -80,7 +82,7 @@ def to_spec(
     by_dim: dict[int, list[int]] = {}
     pending = []
     for mesh_dim, p in enumerate(placements):
-        if isinstance(p, (Shard, _StridedShard)):  # a strided shard is shard-like
+        if isinstance(p, (Shard, StridedShard)):  # a strided shard is shard-like
             by_dim.setdefault(p.dim % ndim if ndim else p.dim, []).append(mesh_dim)
         elif isinstance(p, Partial):
             pending.append(axis_names[mesh_dim])
@@ -96,13 +98,14 @@ def to_spec(
         else:
             raise LayoutError(
                 f"Placements {tuple(placements)} shard dim {dim} in an order no "
-                "PartitionSpec describes."
+                "PartitionSpec describes.",
+                what="placements", value=tuple(placements),
             )
     return tuple(spec), tuple(pending)
 
 
 def _same_shard(a: Placement, b: Placement) -> bool:
-    if isinstance(a, _StridedShard) or isinstance(b, _StridedShard):
+    if isinstance(a, StridedShard) or isinstance(b, StridedShard):
         # Placement equality (same class, dim and split factor), not
         # ``.split_factor``: dynamo reads only the members torch registers for
         # an opaque placement (``dim``, ``__eq__``), so tracing the property

@@ -18,7 +18,7 @@ result; ``all_gather`` and ``reduce_scatter``, whose result differs in size,
 leave ``x``'s block to a later collective's output of its size
 (``donation.take``: a gather and a scatter in turn allocate nothing). Every
 collective then marks ``x`` invalid, so a later use raises
-``DonatedArrayError`` (``parity.torch_impl.donation``). Simulated ranks
+``DonatedArrayError`` (``parity.torch_impl.collectives.donation``). Simulated ranks
 compute functionally (their blocks are ``LocalTensor``s) and invalidate
 ``x`` alike.
 """
@@ -33,16 +33,15 @@ from torch.distributed.tensor import DTensor
 from parity.collective_args import check_axis, check_axis_name, check_op, scattered_spec
 from parity.errors import IndivisibleError, ParityError
 from parity.layout import spec_without_axis
-from parity.torch_impl import state
-from parity.torch_impl.distribute import require_dtensor
-from parity.torch_impl.donation import DonatedTensor, donate_block, invalidate, kept_blocks, take
-from parity.torch_impl.donation import take_key
-from parity.torch_impl.group_ops import COALESCING, Group, all_gather_block, all_reduce_block
-from parity.torch_impl.group_ops import direct_call
-from parity.torch_impl.group_ops import reduce_scatter_block
-from parity.torch_impl.meshes import mesh_axis_names
-from parity.torch_impl.tensors import global_shape_from_local, resolve_pending, result_spec
-from parity.torch_impl.tensors import spec_of
+from parity.torch_impl.runtime import state
+from parity.torch_impl.collectives.donation import DonatedTensor, donate_block, invalidate, kept_blocks, take
+from parity.torch_impl.collectives.donation import require_dtensor, take_key
+from parity.torch_impl.collectives.blocks import COALESCING, Group, all_gather_block, all_reduce_block
+from parity.torch_impl.collectives.blocks import direct_call
+from parity.torch_impl.collectives.blocks import reduce_scatter_block
+from parity.torch_impl.layouts.meshes import mesh_axis_names
+from parity.torch_impl.layouts.specs import resolve_pending, spec_and_pending
+from parity.torch_impl.layouts.tensors import global_shape_from_local, result_spec
 
 _grad_enabled = torch.is_grad_enabled
 
@@ -66,8 +65,9 @@ class _Plan:
         self.out_local = out_local
         self.out_dims = None if out_local is None else tuple(out_local)
         self.reuse = group is not None and group.direct and axis == 0
-        # The process group's own method, called inline (see _direct), where
-        # it applies: multi-process, dim 0, a real dtype, no integer mean.
+        # The process group's own method, called by the hot path
+        # (``_direct_into``) where it applies: multi-process, dim 0, a real
+        # dtype, no integer mean.
         self.call = (direct_call(group, kind, op, dtype)
                      if group is not None and axis == 0 and not to_float else None)
         self.mean = op == "mean"
@@ -119,7 +119,7 @@ def _build_plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _P
     mesh = x.device_mesh
     names = mesh_axis_names(mesh)
     mesh_dim = check_axis_name(axis_name, names, mesh.shape, kind)
-    spec, pending = spec_of(x)
+    spec, pending = spec_and_pending(x)
     if pending:
         return _Plan(pending=True)
     if kind != "all_reduce":
@@ -191,12 +191,30 @@ def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTe
 
 
 # The hot path of each collective (multi-process, ``plan.call`` set, no
-# coalescing manager open) calls the process group's method inline: each
-# Python call layer costs about a microsecond on the fake group; the output
-# is allocated from integer dims (``new_empty(*dims)``: a ``torch.Size``
-# argument costs several microseconds more to parse) and wrapped by
-# DTensor's own constructor without its (no-op) ``__init__``, with no
-# autograd node (the collectives refuse inputs that require grad).
+# coalescing manager open) calls the process group's method itself, skipping
+# ``blocks``' layers: each Python call layer costs about a microsecond on the
+# fake group; the output is allocated from integer dims (``new_empty(*dims)``:
+# a ``torch.Size`` argument costs several microseconds more to parse) and
+# wrapped by DTensor's own constructor without its (no-op) ``__init__``, with
+# no autograd node (the collectives refuse inputs that require grad).
+
+
+def _direct_into(plan: _Plan, block: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The hot path of ``all_gather`` and ``reduce_scatter``: ``block``
+    through the process group's own method into a kept donated block of the
+    output's size or a new one. Returns the output and whether ``block`` is
+    its own contiguous buffer (so a donated ``x`` may keep it)."""
+    local = block.contiguous()
+    out = take_key(plan.out_key) if kept_blocks else None
+    if out is None:
+        out = local.new_empty(*plan.out_dims)
+    call = plan.call
+    work = call[0](call[1], out, local, call[2])
+    if work is not None:
+        work.wait()
+    if plan.mean:
+        out.div_(plan.group.size)
+    return out, local is block
 
 
 def all_reduce(x: Any, op: str = "sum", axis_name: str | None = None, *,
@@ -241,22 +259,13 @@ def all_gather(x: Any, axis: int, axis_name: str, *, donate: bool = False) -> DT
     """
     x, plan = _prepare(x, "all_gather", "sum", axis_name, axis)
     block = x._local_tensor
-    call = plan.call
-    if call is not None and not COALESCING:
-        local = block.contiguous()
-        out = take_key(plan.out_key) if kept_blocks else None
-        if out is None:
-            out = local.new_empty(*plan.out_dims)
-        work = call[0](call[1], out, local, call[2])
-        if work is not None:
-            work.wait()
-        keep = local is block  # contiguous: its own buffer
+    if plan.call is not None and not COALESCING:
+        out, keep = _direct_into(plan, block)
     else:
-        local = block
-        out = all_gather_block(local, plan.axis, plan.group, plan.output_buffer(local),
+        out = all_gather_block(block, plan.axis, plan.group, plan.output_buffer(block),
                                plan.out_dims)
         keep = block.is_contiguous()
-    del local, block  # a donated block is kept only when nothing else refers to it
+    del block  # a donated block is kept only when nothing else refers to it
     if donate:
         plan.donate(x, keep)
     return DTensor.__new__(DTensor, out, plan.out_spec, requires_grad=False)
@@ -277,24 +286,15 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
     """
     x, plan = _prepare(x, "reduce_scatter", op, axis_name, axis)
     block = x._local_tensor
-    call = plan.call
-    if call is not None and not COALESCING:
-        local = block.contiguous()
-        out = take_key(plan.out_key) if kept_blocks else None
-        if out is None:
-            out = local.new_empty(*plan.out_dims)
-        work = call[0](call[1], out, local, call[2])
-        if work is not None:
-            work.wait()
-        if plan.mean:
-            out.div_(plan.group.size)
-        keep = local is block  # contiguous: its own buffer
+    if plan.call is not None and not COALESCING:
+        out, keep = _direct_into(plan, block)
     else:
         local = block.to(torch.float32) if plan.to_float else block
         out = reduce_scatter_block(local, op, plan.axis, plan.group, plan.output_buffer(local),
                                    plan.out_dims)
         keep = local is block and block.is_contiguous()
-    del local, block  # a donated block is kept only when nothing else refers to it
+        del local
+    del block  # a donated block is kept only when nothing else refers to it
     if donate:
         plan.donate(x, keep)
     return DTensor.__new__(DTensor, out, plan.out_spec, requires_grad=False)

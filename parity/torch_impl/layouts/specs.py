@@ -1,9 +1,18 @@
-"""Specs of DTensors, cached: the per-op bookkeeping must stay cheap.
+"""Specs of DTensors and the way back: the one spec <-> placements
+conversion on a torch mesh, cached (it runs on every op under
+``jax_semantics``).
 
 A spec is JAX's ``PartitionSpec`` as parity writes it: one tuple of mesh-axis
-names per tensor dim, ``()`` for replicated. ``spec_and_pending(x)`` reads it
-from a DTensor; ``placements_for(spec, mesh)`` gives the DTensor placements
-back (strided shards included, see ``parity.torch_impl.placements``).
+names per tensor dim, ``()`` for replicated. ``spec_of(x)`` reads it from a
+DTensor (``spec_and_pending(x)`` also names the mesh axes of a pending
+reduction); ``placements_for(spec, mesh)`` gives the DTensor placements back
+(strided shards included). The table itself is ``placements``
+(``to_placements`` / ``to_spec``, pure); this module is its cached front.
+
+Cache policy: the two caches below are keyed by values only (placements,
+shapes, axis names), never by a mesh or a process group, so they hold across
+``simulate()`` blocks; what holds a torch mesh is cached per runtime
+generation (``meshes``, ``tensors.result_spec``).
 """
 
 from __future__ import annotations
@@ -11,33 +20,56 @@ from __future__ import annotations
 import functools
 
 from torch.distributed.tensor import DTensor, Partial, Replicate
-from torch.distributed.tensor.placement_types import _StridedShard
 
-from parity import sharding_rules as R
 from parity.errors import LayoutError
 from parity.layout import Spec
-from parity.torch_impl.placements import to_placements
-from parity.torch_impl.torch_compat import traced_through
-from parity.torch_impl.meshes import mesh_axis_names
-from parity.torch_impl.tensors import spec_of as spec_of_dtensor
+from parity.torch_impl.layouts.meshes import mesh_axis_names
+from parity.torch_impl.layouts.placements import to_placements, to_spec
+from parity.torch_impl.runtime.torch_compat import StridedShard, traced_through
+
+
+# Speed: both conversions run several times per op; a hit costs a dict
+# lookup where the table costs a loop over the mesh dims (and, for
+# ``to_spec``, over permutations of them).
+@traced_through  # pure: dynamo may trace the function itself
+@functools.lru_cache(maxsize=8192)
+def _placements(spec: Spec, mesh_shape: tuple, names: tuple) -> tuple:
+    return to_placements(spec, mesh_shape, names)
 
 
 @traced_through  # pure: dynamo may trace the function itself
 @functools.lru_cache(maxsize=8192)
-def _to_placements(spec, mesh_shape, names):
-    return to_placements(spec, mesh_shape, names)
-
-
-spec_and_pending = spec_of_dtensor  # ``(spec, pending_axes)`` of a DTensor
-
-
-def spec_of(x: DTensor) -> Spec:
-    return spec_of_dtensor(x)[0]
+def _spec(placements: tuple, ndim: int, mesh_shape: tuple, names: tuple):
+    return to_spec(placements, ndim, mesh_shape, names)
 
 
 def placements_for(spec: Spec, mesh) -> tuple:
-    """DTensor placements of ``spec`` on a torch ``DeviceMesh``."""
-    return _to_placements(tuple(tuple(n) for n in spec), tuple(mesh.shape), mesh_axis_names(mesh))
+    """DTensor placements of ``spec`` on a torch ``DeviceMesh``.
+
+    Raises ``LayoutError`` for a mesh axis the mesh lacks or one used twice.
+    """
+    return _placements(tuple(tuple(n) for n in spec), tuple(mesh.shape), mesh_axis_names(mesh))
+
+
+def spec_and_pending(x: DTensor) -> tuple[Spec, tuple[str, ...]]:
+    """``(spec, pending_axes)`` of a DTensor: ``pending_axes`` names the mesh
+    axes holding a ``Partial``. Raises ``LayoutError`` for strided shards no
+    spec describes (see ``describable``)."""
+    mesh = x.device_mesh
+    return _spec(tuple(x.placements), x.ndim, tuple(mesh.shape), mesh_axis_names(mesh))
+
+
+def spec_of(x: DTensor) -> Spec:
+    """The spec of a DTensor (its pending reductions aside)."""
+    return spec_and_pending(x)[0]
+
+
+def resolve_pending(x: DTensor) -> DTensor:
+    """``x`` with every ``Partial`` reduced (replicated on that mesh axis)."""
+    if not any(isinstance(p, Partial) for p in x.placements):
+        return x
+    placements = [Replicate() if isinstance(p, Partial) else p for p in x.placements]
+    return x.redistribute(x.device_mesh, placements)
 
 
 def has_partial(x: DTensor) -> bool:
@@ -46,13 +78,6 @@ def has_partial(x: DTensor) -> bool:
 
 def axis_sizes(mesh) -> dict[str, int]:
     return dict(zip(mesh_axis_names(mesh), mesh.shape))
-
-
-# The pure spec algebra (shared with the rules): one implementation.
-shard_count = R.shard_count
-fit_to_shape = R.fit_to_shape
-dedupe = R.dedupe
-replicate_dims = R.replicate_dims
 
 
 def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
@@ -87,7 +112,7 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
 def has_strided(x: DTensor) -> bool:
     """Whether a mesh dim of ``x`` holds a strided shard (a dim split over
     several mesh axes, or a reshape's result, which may be undescribable)."""
-    return any(type(p) is _StridedShard for p in x.placements)
+    return any(type(p) is StridedShard for p in x.placements)
 
 
 def describable(x: DTensor) -> bool:

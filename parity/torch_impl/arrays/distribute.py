@@ -1,5 +1,6 @@
-"""Putting arrays on the mesh and reading them back: distribute, gather,
-``to_numpy``, ``local_block``.
+"""Putting arrays on the mesh and reading them back: distribute,
+``to_numpy``, ``local_block`` (the whole array replicated,
+``all_gather_variable``, is a collective: ``collectives.gather``).
 
 Every rank keeps only its own block: a host array is sliced per rank (the
 slice is copied, so no rank keeps the whole array), exactly as
@@ -12,24 +13,23 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor
 
 from parity.errors import MeshMismatchError, ParityError
 from parity.layout import TensorLayout
-from parity.torch_impl import devices, meshes, state
-from parity.torch_impl.donation import check_not_donated
-from parity.torch_impl.gather import evenly_sharded, gather_whole, gather_whole_differentiable
-from parity.torch_impl.gather import merged_redistribute
-from parity.torch_impl.torch_compat import rank_map
-from parity.torch_impl.tensors import (
+from parity.torch_impl.runtime import devices, state
+from parity.torch_impl.layouts import meshes
+from parity.torch_impl.collectives.donation import check_not_donated, require_dtensor
+from parity.torch_impl.collectives.gather import evenly_sharded, gather_whole
+from parity.torch_impl.collectives.gather import merged_redistribute
+from parity.torch_impl.runtime.torch_compat import rank_map
+from parity.torch_impl.layouts.tensors import (
     as_host_tensor,
     from_local_blocks,
     global_shape_from_local,
-    placements_of,
     require_layout,
-    resolve_pending,
-    result_spec,
 )
+from parity.torch_impl.layouts.specs import placements_for, resolve_pending
 
 
 def _mesh_position(layout: TensorLayout) -> dict[int, int]:
@@ -65,7 +65,7 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
             )
         x = resolve_pending(x)
         # one all_gather, not one per mesh axis, where DTensor can merge
-        return merged_redistribute(x, placements_of(layout))
+        return merged_redistribute(x, placements_for(layout.spec, torch_mesh))
     host = as_host_tensor(x)
     layout.check_shape(host.shape)
     shards = layout.shards(host.shape)
@@ -113,38 +113,6 @@ def distribute_data_input(
         layout.check_shape(local.shape)  # raises the rank mismatch
     global_shape = global_shape_from_local(local.shape, layout.spec, mesh.shape, mesh.axis_names)
     return from_local_blocks(local.to(devices.torch_device()).contiguous(), layout, global_shape)
-
-
-def all_gather_variable(x: Any) -> DTensor:
-    """``x`` fully replicated on its mesh (pending reductions resolved).
-
-    Raises ``ParityError`` when ``x`` is not a DTensor.
-    """
-    x = resolve_pending(require_dtensor(x, "all_gather_variable"))
-    if not evenly_sharded(x):
-        # DTensor's redistribute: differentiable, and it handles uneven blocks.
-        return merged_redistribute(x, [Replicate()] * x.device_mesh.ndim)
-    if x.requires_grad and torch.is_grad_enabled():
-        return gather_whole_differentiable(x)  # one collective, gradient to x's placements
-    whole = gather_whole(x)  # one collective over the flattened group
-    spec = result_spec(x.device_mesh, ((),) * x.ndim, x.shape, x.dtype)
-    return DTensor.__new__(DTensor, whole, spec, requires_grad=False)
-
-
-def require_dtensor(x: Any, what: str) -> DTensor:
-    """``x`` if it is a DTensor (a ``Parameter`` of one included) that was
-    not donated; ``ParityError`` otherwise (``DonatedArrayError`` for a
-    donated one)."""
-    if not isinstance(x, DTensor):
-        if isinstance(x, torch.nn.Parameter) and isinstance(x.data, DTensor):
-            x = x.data
-        else:
-            raise ParityError(
-                f"{what} needs a distributed tensor (DTensor); got {type(x).__name__}. "
-                "Fix: distribute_tensor(x, layout) first."
-            )
-    check_not_donated(x)
-    return x
 
 
 def to_numpy(x: Any) -> np.ndarray:

@@ -1,4 +1,6 @@
-"""Small conversions shared by the torch backend's modules."""
+"""Tensors onto layouts: host tensors from numpy, the parity layout of an
+argument, a DTensor built from each rank's block, and the ``DTensorSpec`` of
+a contiguous result."""
 
 from __future__ import annotations
 
@@ -9,14 +11,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor import DTensor
 
 from parity.errors import LayoutError, ParityError
 from parity.layout import Spec, TensorLayout
 from parity.mesh import DeviceMesh
-from parity.torch_impl import meshes, state
-from parity.torch_impl.placements import to_placements, to_spec
-from parity.torch_impl.torch_compat import traced_through
+from parity.torch_impl.layouts import meshes
+from parity.torch_impl.runtime import state
+from parity.torch_impl.layouts.specs import placements_for
+from parity.torch_impl.runtime.torch_compat import DTensorSpec, TensorMeta, traced_through
 
 
 def as_host_tensor(x: Any) -> torch.Tensor:
@@ -51,18 +54,14 @@ def require_layout(layout: Any) -> TensorLayout:
         mesh = getattr(layout, "device_mesh", None)
         if axes is None:
             raise LayoutError(
-                f"Expected a parity.TensorLayout, got {type(layout).__name__}."
+                f"Expected a parity.TensorLayout, got {type(layout).__name__}.",
+                what="layout", value=layout,
             )
         if mesh is not None and not isinstance(mesh, DeviceMesh):
             mesh = DeviceMesh(mesh.shape, mesh.axis_names, mesh.devices)
         layout = TensorLayout(tuple(axes), mesh)
     layout.require_mesh()
     return layout
-
-
-def placements_of(layout: TensorLayout) -> tuple:
-    mesh = layout.require_mesh()
-    return to_placements(layout.spec, mesh.shape, mesh.axis_names)
 
 
 def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
@@ -73,38 +72,15 @@ def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-@traced_through  # pure: dynamo may trace the function itself
-@functools.lru_cache(maxsize=8192)
-def _cached_spec(placements: tuple, ndim: int, mesh_shape: tuple, names: tuple):
-    return to_spec(placements, ndim, mesh_shape, names)
-
-
-def spec_of(x: DTensor) -> tuple[Spec, tuple[str, ...]]:
-    """``(spec, pending_axes)`` of a DTensor (cached: it runs on every op
-    under ``jax_semantics``)."""
-    mesh = x.device_mesh
-    return _cached_spec(
-        tuple(x.placements), x.ndim, tuple(mesh.shape), meshes.mesh_axis_names(mesh)
-    )
-
-
-def resolve_pending(x: DTensor) -> DTensor:
-    """``x`` with every ``Partial`` reduced (replicated on that mesh axis)."""
-    if not any(isinstance(p, Partial) for p in x.placements):
-        return x
-    placements = [Replicate() if isinstance(p, Partial) else p for p in x.placements]
-    return x.redistribute(x.device_mesh, placements)
-
-
 def from_local_blocks(
     local: torch.Tensor, layout: TensorLayout, global_shape: Sequence[int]
 ) -> DTensor:
     """Wrap each rank's block (already computed) as a DTensor of ``layout``."""
-    mesh = layout.require_mesh()
+    torch_mesh = meshes.to_torch_mesh(layout.require_mesh())
     return DTensor.from_local(
         local,
-        meshes.to_torch_mesh(mesh),
-        placements_of(layout),
+        torch_mesh,
+        placements_for(layout.spec, torch_mesh),
         run_check=False,
         shape=torch.Size(global_shape),
         stride=contiguous_stride(global_shape),
@@ -123,11 +99,8 @@ def result_spec(torch_mesh: Any, spec: Spec, global_shape: Sequence[int], dtype:
 @functools.lru_cache(maxsize=4096)
 def _result_spec(generation: object, torch_mesh: Any, spec: Spec, global_shape: tuple[int, ...],
                  dtype):
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
-
-    placements = to_placements(spec, tuple(torch_mesh.shape), meshes.mesh_axis_names(torch_mesh))
     meta = TensorMeta(torch.Size(global_shape), contiguous_stride(global_shape), dtype)
-    return DTensorSpec(torch_mesh, tuple(placements), tensor_meta=meta)
+    return DTensorSpec(torch_mesh, placements_for(spec, torch_mesh), tensor_meta=meta)
 
 
 def global_shape_from_local(

@@ -1,7 +1,7 @@
 """The watchdog: turn a dead peer into a ``LostRankError`` that names it.
 
 This module is the plumbing (store protocol, heartbeat thread, exit hooks);
-who is lost and why is decided by ``parity.torch_impl.fault_diagnosis``.
+who is lost and why is decided by ``parity.torch_impl.runtime.fault_diagnosis``.
 
 What gloo does on its own (torch 2.13, measured): a rank blocked in a
 collective whose peer was killed fails at once with
@@ -50,13 +50,14 @@ import threading
 import time
 
 from parity.errors import LostRankError, ParityError
-from parity.torch_impl.fault_diagnosis import (
+from parity.torch_impl.runtime.fault_diagnosis import (
     Peer,
     find_lost,
     is_distributed_error,
     lost_message,
     stuck_peers,
 )
+from parity.torch_impl.runtime.torch_compat import default_store
 
 _PREFIX = "parity/faults/"
 
@@ -203,18 +204,19 @@ class Watchdog:
                 f"lost rank {names} of {self.world_size}: stuck outside any collective "
                 f"while this rank ({self.rank}) waited the process-group timeout "
                 f"({self.pg_timeout_s:.0f} s). Look at rank {names}'s stack (py-spy dump); "
-                f"restart the whole job. (backend said: {first_line})", stuck[0])
+                f"restart the whole job. (backend said: {first_line})", rank=stuck[0])
         # A dead peer on this host shows at once; a vanished one on another
         # host once its heartbeat is stale.
         lost = self.wait_for_lost(2 * self.interval_s if timed_out else self.stale_s + 2 * self.interval_s)
         if lost:
-            return LostRankError(self.message(lost) + f" (backend said: {first_line})", lost[0])
+            return LostRankError(self.message(lost) + f" (backend said: {first_line})",
+                                 rank=lost[0])
         if timed_out:
             return LostRankError(
                 f"a collective timed out after the process-group timeout "
                 f"({self.pg_timeout_s:.0f} s) on rank {self.rank}, and every peer is alive "
                 f"and inside a collective: the ranks disagree on which collective to run "
-                f"(backend said: {first_line})")
+                f"(backend said: {first_line})", rank=None)
         return ParityError(
             f"a collective failed on rank {self.rank} and no peer was found lost "
             f"(backend said: {first_line})")
@@ -314,7 +316,7 @@ def start(pg_timeout_s: float) -> Watchdog | None:
     world, rank = dist.get_world_size(), dist.get_rank()
     if world < 2:
         return None
-    store = dist.distributed_c10d._get_default_store()
+    store = default_store()
     while hasattr(store, "underlying_store"):
         store = store.underlying_store
     if not isinstance(store, dist.TCPStore):

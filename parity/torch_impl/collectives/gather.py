@@ -29,14 +29,16 @@ from typing import Any
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
-from parity.torch_impl import state
-from parity.torch_impl.group_ops import Group, all_gather_block
-from parity.torch_impl.meshes import mesh_axis_names
-from parity.torch_impl.tensors import result_spec, spec_of
-from parity.torch_impl.torch_compat import flatten_registry
+from parity.torch_impl.runtime import state
+from parity.torch_impl.collectives.donation import require_dtensor
+from parity.torch_impl.collectives.blocks import Group, all_gather_block
+from parity.torch_impl.layouts.meshes import mesh_axis_names
+from parity.torch_impl.layouts.specs import resolve_pending, spec_of
+from parity.torch_impl.layouts.tensors import result_spec
+from parity.torch_impl.runtime.torch_compat import flatten_registry
 
 # (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
 # unique; name is the flattened mesh's name (None for a single mesh dim).
@@ -72,7 +74,7 @@ def _entry(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> tuple[TorchMesh, Grou
 
 def sharding_mesh_dims(x: DTensor) -> tuple[int, ...]:
     """The mesh dims that split some dim of ``x``, in mesh order."""
-    spec, _ = spec_of(x)
+    spec = spec_of(x)
     names = mesh_axis_names(x.device_mesh)
     return tuple(sorted(names.index(a) for entry in spec for a in entry))
 
@@ -120,7 +122,7 @@ def merged_redistribute(x: DTensor, placements: Sequence[Placement]) -> DTensor:
 def evenly_sharded(x: DTensor) -> bool:
     """Whether every dim of ``x`` divides by its shard count (parity's own
     layouts always do; a raw DTensor may not)."""
-    spec, _ = spec_of(x)
+    spec = spec_of(x)
     sizes = dict(zip(mesh_axis_names(x.device_mesh), x.device_mesh.shape))
     return all(n % math.prod([sizes[a] for a in entry]) == 0  # a list: dynamo
                for n, entry in zip(x.shape, spec))
@@ -130,7 +132,7 @@ def gather_whole(x: DTensor) -> torch.Tensor:
     """The global array of ``x`` (no pending reduction, evenly sharded) as a
     plain tensor on every rank (a ``LocalTensor`` of equal blocks when
     simulated), through at most one all_gather."""
-    spec, _ = spec_of(x)
+    spec = spec_of(x)
     mesh = x.device_mesh
     names = mesh_axis_names(mesh)
     mesh_dims = sharding_mesh_dims(x)
@@ -171,3 +173,19 @@ def gather_whole_differentiable(x: DTensor) -> DTensor:
     """``x`` (evenly sharded, no pending reduction) replicated on its mesh
     through one all_gather, with a gradient back to ``x``'s placements."""
     return _GatherWhole.apply(x)
+
+
+def all_gather_variable(x: Any) -> DTensor:
+    """``x`` fully replicated on its mesh (pending reductions resolved).
+
+    Raises ``ParityError`` when ``x`` is not a DTensor.
+    """
+    x = resolve_pending(require_dtensor(x, "all_gather_variable"))
+    if not evenly_sharded(x):
+        # DTensor's redistribute: differentiable, and it handles uneven blocks.
+        return merged_redistribute(x, [Replicate()] * x.device_mesh.ndim)
+    if x.requires_grad and torch.is_grad_enabled():
+        return gather_whole_differentiable(x)  # one collective, gradient to x's placements
+    whole = gather_whole(x)  # one collective over the flattened group
+    spec = result_spec(x.device_mesh, ((),) * x.ndim, x.shape, x.dtype)
+    return DTensor.__new__(DTensor, whole, spec, requires_grad=False)

@@ -1,7 +1,7 @@
 """``all_reduce``, ``all_gather``, ``reduce_scatter`` and
 ``all_gather_variable`` as dynamo traces them.
 
-The eager collectives (``parity.torch_impl.collectives``) are written for
+The eager collectives (``parity.torch_impl.collectives.eager``) are written for
 microseconds: multi-process calls go to the process group's C++ method
 inline, and the result is wrapped by ``DTensor.__new__`` with a prebuilt
 spec. Dynamo can trace neither (``_TensorMeta._dtensor__new__`` is an
@@ -38,16 +38,16 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed._functional_collectives as funcol
-from torch._dynamo.decorators import substitute_in_graph
 from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import ParityError
-from parity.torch_impl import collectives as eager
-from parity.torch_impl import distribute
-from parity.torch_impl.tensors import resolve_pending
-from parity.torch_impl.torch_compat import funcol_all_gather_single
-from parity.torch_impl.torch_compat import funcol_reduce_scatter_single
+from parity.torch_impl.collectives import eager
+from parity.torch_impl.collectives import gather
+from parity.torch_impl.collectives.donation import require_dtensor
+from parity.torch_impl.layouts.specs import resolve_pending
+from parity.torch_impl.runtime.torch_compat import funcol, funcol_all_gather_single
+from parity.torch_impl.runtime.torch_compat import substitute_in_graph
+from parity.torch_impl.runtime.torch_compat import funcol_reduce_scatter_single
 
 _FUNCOL_OPS = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}
 
@@ -118,8 +118,8 @@ def reduce_scatter(x: Any, axis: int, axis_name: str, op: str = "sum", *,
     return _wrap(out, plan)
 
 
-@substitute_in_graph(distribute.all_gather_variable)
+@substitute_in_graph(gather.all_gather_variable)
 def all_gather_variable(x: Any) -> DTensor:
-    """``distribute.all_gather_variable`` under dynamo (module docstring)."""
-    x = resolve_pending(distribute.require_dtensor(x, "all_gather_variable"))
+    """``gather.all_gather_variable`` under dynamo (module docstring)."""
+    x = resolve_pending(require_dtensor(x, "all_gather_variable"))
     return x.redistribute(x.device_mesh, [Replicate()] * x.device_mesh.ndim)

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.distributed._functional_collectives as funcol
-from torch.distributed import distributed_c10d as c10d
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 
-from parity.torch_impl.torch_compat import (
+from parity.torch_impl.runtime.torch_compat import (
+    c10d,
     dist_all_gather_single,
     dist_reduce_scatter_single,
+    funcol,
     funcol_all_gather_single,
     funcol_reduce_scatter_single,
     pg_all_gather_single,

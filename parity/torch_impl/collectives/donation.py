@@ -31,7 +31,8 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from parity.errors import DonatedArrayError
+from parity.errors import DonatedArrayError, ParityError
+from parity.torch_impl.runtime.torch_compat import storage_use_count
 
 
 def _message(what: str) -> str:
@@ -77,6 +78,22 @@ def invalidate(x: DTensor, marker: DonatedTensor) -> None:
     x._local_tensor = marker
 
 
+def require_dtensor(x: Any, what: str) -> DTensor:
+    """``x`` if it is a DTensor (a ``Parameter`` of one included) that was
+    not donated; ``ParityError`` otherwise (``DonatedArrayError`` for a
+    donated one)."""
+    if not isinstance(x, DTensor):
+        if isinstance(x, torch.nn.Parameter) and isinstance(x.data, DTensor):
+            x = x.data
+        else:
+            raise ParityError(
+                f"{what} needs a distributed tensor (DTensor); got {type(x).__name__}. "
+                "Fix: distribute_tensor(x, layout) first."
+            )
+    check_not_donated(x)
+    return x
+
+
 def check_not_donated(x: DTensor) -> None:
     """Raise ``DonatedArrayError`` when ``x`` was donated."""
     local = x._local_tensor
@@ -90,9 +107,8 @@ _pool: dict[tuple, torch.Tensor] = {}  # (shape, dtype, device) -> a kept block,
 kept_blocks = _pool
 # One tensor on the storage, plus the Python storage object asked for the count.
 _UNSHARED_STORAGE_USES = 2
-_storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
 # Whether this torch lets ``take`` prove a block unseen (else nothing is reused).
-_CAN_CHECK = _storage_use_count is not None and hasattr(torch.Tensor, "_use_count")
+_CAN_CHECK = storage_use_count is not None and hasattr(torch.Tensor, "_use_count")
 
 
 def donate_block(x: DTensor, marker: DonatedTensor, key: tuple) -> None:
@@ -131,7 +147,7 @@ def take_key(key: tuple) -> torch.Tensor | None:
     # its TensorImpl: the Python object's; its storage: block's and the
     # Python storage object's.
     if (sys.getrefcount(block) > 2 or block._use_count() != 1
-            or _storage_use_count(block.untyped_storage()._cdata) != _UNSHARED_STORAGE_USES):
+            or storage_use_count(block.untyped_storage()._cdata) != _UNSHARED_STORAGE_USES):
         return None  # dropped: something else can still see it
     return block
 

@@ -1,5 +1,5 @@
 """Which peer of a job is lost, and why: pure functions over what the ranks
-published (``parity.torch_impl.watchdog`` reads it from the job's store).
+published (``parity.torch_impl.runtime.watchdog`` reads it from the job's store).
 
 A peer is *lost* when it exited with an error, or its process is gone
 without an ``ok`` marker (same host), or the store it hosted no longer

@@ -21,7 +21,7 @@ mode it runs in), ``meshes`` (parity <-> torch meshes), ``placements``
 (``jax_semantics``), ``keras`` (the Keras backend shim).
 """
 
-from parity.backends import BACKEND_FUNCTIONS
+from parity.backends import BACKEND_FUNCTIONS, EXPLICIT_FUNCTIONS
 from parity.torch_impl.collectives import all_gather, all_reduce, reduce_scatter
 from parity.torch_impl import traced_collectives  # noqa: F401 - their dynamo twins
 from parity.torch_impl.describe import describe
@@ -36,9 +36,11 @@ from parity.torch_impl.keras.install import install_keras, keras_installed, unin
 from parity.torch_impl.meshes import mesh_axis_names, to_parity_mesh, to_torch_mesh
 from parity.torch_impl.placements import to_placements, to_spec
 from parity.torch_impl.semantics import jax_semantics
+from parity.torch_impl.explicit import device_put, lax, reshard, set_mesh, shard_map, typeof
+from parity.torch_impl.explicit import with_sharding_constraint
 from parity.torch_impl.state import device_type
 
-__all__ = sorted({*BACKEND_FUNCTIONS, "device_type", "install_keras", "jax_semantics",
+__all__ = sorted({*BACKEND_FUNCTIONS, *EXPLICIT_FUNCTIONS, "device_type", "install_keras", "jax_semantics",
                   "keras_installed", "uninstall_keras", "mesh_axis_names", "to_placements",
                   "to_spec", "to_torch_mesh",
                   "torch_device"})

@@ -8,9 +8,10 @@ The rules (``parity.sharding_rules``, checked against JAX) mark such a plan
 ``chosen``; this module decides whether the mesh's axis types make it an
 error: on a mesh with no Explicit axis never (Auto: the plan runs, as
 today); when every mesh axis the operands name is Explicit, always (the
-rule then sees exactly JAX's types). A mixed mesh whose operands name both
-Auto and Explicit axes is not refused here (JAX's rule on the Explicit part
-alone is not computed): the plan runs as on Auto axes.
+rule then sees exactly JAX's types). When the operands name Auto axes too,
+JAX's types hold only the Explicit axes: the rule is asked again on
+stand-in operands sharded over those alone (same shapes and mesh, no
+data), and the op is refused when that plan is ``chosen``.
 """
 
 from __future__ import annotations
@@ -53,9 +54,29 @@ def _name(loc: tuple) -> str:
     return where + (f"[{loc[2]}]" if len(loc) > 2 else "")
 
 
-def refuse_if_explicit(op: str, plan: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> None:
-    """Raise ``ShardingTypeError`` for a ``chosen`` plan whose operands name
-    only Explicit mesh axes (see the module docstring); else return."""
+def _chosen_on(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> bool:
+    """Whether the rule marks the call ``chosen`` when each operand is
+    sharded over its ``explicit`` axes only (JAX's type of it)."""
+    from torch.utils._pytree import tree_map
+
+    from parity.torch_impl.semantics import rules
+    from parity.torch_impl.tensors import result_spec
+
+    def stand_in(t: Any) -> Any:
+        if not isinstance(t, DTensor):
+            return t
+        spec = tuple(tuple(n for n in names if n in explicit) for names in spec_and_pending(t)[0])
+        meta = result_spec(torch_mesh, spec, tuple(t.shape), t.dtype)
+        return DTensor.__new__(DTensor, t._local_tensor, meta, requires_grad=False)
+
+    plan = rules.plan_for(func, tree_map(stand_in, args), tree_map(stand_in, kwargs), torch_mesh)
+    return plan is not None and plan.chosen
+
+
+def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> None:
+    """Raise ``ShardingTypeError`` for ``func`` (named ``op``) whose
+    ``chosen`` plan JAX's types refuse (see the module docstring); else
+    return."""
     mesh = meshes.to_parity_mesh(torch_mesh)
     explicit = set(mesh.axes_of_type(AxisType.Explicit))
     if not explicit:
@@ -63,7 +84,9 @@ def refuse_if_explicit(op: str, plan: Any, args: tuple, kwargs: dict, torch_mesh
     operands = _operands(args, kwargs)
     specs = [spec_and_pending(t)[0] for _, t in operands]
     named = {n for spec in specs for names in spec for n in names}
-    if not named or not named <= explicit:
+    if not named & explicit:
+        return
+    if not named <= explicit and not _chosen_on(explicit, func, args, kwargs, torch_mesh):
         return
     fixes = [f"reshard({_name(loc)}, {_p(plan.inputs[loc])})"
              for (loc, _), spec in zip(operands, specs)

@@ -276,7 +276,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         return func(*args, **kwargs)
     plan = rules.plan_for(func, args, kwargs, mesh)
     if plan is not None and plan.chosen:  # JAX's explicit mode refuses it: on Explicit axes, raise
-        explicit_check.refuse_if_explicit(name, plan, args, kwargs, mesh)
+        explicit_check.refuse_if_explicit(func, name, plan, args, kwargs, mesh)
     keep_partial = defer and plan is not None and plan.linear
     grad = torch.is_grad_enabled()
     targets = plan.inputs if plan is not None else {}

@@ -77,11 +77,16 @@ def _scatter(t: torch.Tensor, dim: int, scope: manual.Scope, name: str) -> torch
     return _wait(funcol_reduce_scatter_single(t.contiguous(), "sum", dim, group))
 
 
-def _coordinate(scope: manual.Scope, name: str) -> torch.Tensor:
-    """Each rank's coordinate along mesh axis ``name`` (an int64 scalar)."""
+def _coordinates(scope: manual.Scope, name: str) -> dict[int, int]:
+    """torch rank -> its coordinate along mesh axis ``name``."""
     axis = scope.mesh.axis_index(name)
     ranks = scope.torch_mesh.mesh.cpu().numpy()
-    where = {int(r): idx[axis] for idx, r in np.ndenumerate(ranks)}
+    return {int(r): int(idx[axis]) for idx, r in np.ndenumerate(ranks)}
+
+
+def _coordinate(scope: manual.Scope, name: str) -> torch.Tensor:
+    """Each rank's coordinate along mesh axis ``name`` (an int64 scalar)."""
+    where = _coordinates(scope, name)
     return rank_map(lambda r: torch.tensor(where[r], dtype=torch.int64))
 
 
@@ -250,12 +255,12 @@ def _ppermute_plain(x, name, perm, scope):
     source = [-1] * n
     for src, dst in perm:
         source[dst] = src
-    coord = _coordinate(scope, name)
-    table = torch.tensor(source, dtype=torch.int64)
-    src = table[coord]
+    coord = _coordinates(scope, name)
+    src = rank_map(lambda r: torch.tensor([max(source[coord[r]], 0)], dtype=torch.int64))
+    has = rank_map(lambda r: torch.tensor(source[coord[r]] >= 0))
     gathered = _gather(x.unsqueeze(0), 0, scope, name)
-    picked = torch.index_select(gathered, 0, src.clamp(min=0).reshape(1)).squeeze(0)
-    return torch.where(src >= 0, picked, torch.zeros_like(picked))
+    picked = torch.index_select(gathered, 0, src).squeeze(0)
+    return torch.where(has, picked, torch.zeros_like(picked))
 
 
 class _PPermute(torch.autograd.Function):

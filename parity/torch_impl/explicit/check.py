@@ -18,13 +18,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch.distributed.tensor import DTensor
 
 from parity.axis_types import AxisType
 from parity.errors import ShardingTypeError
 from parity.layout import Spec, entry_from_names
 from parity.torch_impl import meshes
+from parity.torch_impl.explicit.typed_mesh import axis_types_of
 from parity.torch_impl.tensors import spec_of as spec_and_pending
+
+
+_is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to True
 
 
 def _p(spec: Spec) -> str:
@@ -76,7 +81,10 @@ def _chosen_on(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_m
 def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> None:
     """Raise ``ShardingTypeError`` for ``func`` (named ``op``) whose
     ``chosen`` plan JAX's types refuse (see the module docstring); else
-    return."""
+    return. Not run under ``torch.compile`` (an Explicit mesh does not
+    compile; an Auto one must trace no mesh lookup here)."""
+    if _is_compiling() or axis_types_of(torch_mesh) is None:  # compiling, or all Auto
+        return
     mesh = meshes.to_parity_mesh(torch_mesh)
     explicit = set(mesh.axes_of_type(AxisType.Explicit))
     if not explicit:

@@ -42,6 +42,7 @@ CASES = {
     "all_to_all": (lambda lax, b: lax.all_to_all(b, "model", 0, 1, tiled=True), IN),
     "all_to_all_untiled": (lambda lax, b: lax.all_to_all(b, "model", 0, 1), IN),
     "axis_index": (lambda lax, b: b * lax.axis_index("model"), IN),
+    "psum_tiled_out": (lambda lax, b: lax.psum(b * b, "model"), IN),  # invariant, laid out
     "psum_invariant": (lambda lax, b: lax.psum(b[:1, :1] * 0 + 1.0, "model") + b, IN),
 }
 NO_GRADIENT = {"pmax", "pmin"}  # JAX: "Differentiation rule for 'pmax' not implemented"
@@ -100,6 +101,7 @@ def test_collective_matches_jax(sim8, name):
     np.testing.assert_allclose(ti.to_numpy(ours), np.asarray(theirs), rtol=1e-6, atol=1e-5)
 
 
+@pytest.mark.slow  # jax.grad compiles each case: ~9 s in all
 @pytest.mark.parametrize("name", sorted(set(CASES) - NO_GRADIENT - JAX_FAILS_GRADIENT))
 def test_gradient_matches_jax(sim8, name):
     _, _, theirs = _run_jax(name, grad=True)

@@ -2,8 +2,8 @@
 ``multiprocess`` and ``slow``): every ``lax`` collective of
 ``tests/multiprocess/shard_map_cases.py``, its value, ``typeof`` and
 gradient equal to ``jax.shard_map``'s on a (2, 2) mesh of 4 of JAX's
-simulated devices; eager (Explicit axes) and with the mapped function under
-``torch.compile`` (``aot_eager``, Auto axes: a mesh with Explicit axes does
+simulated devices; eager (Explicit axes) and, for the ``COMPILED`` cases,
+with the mapped function under ``torch.compile`` (``aot_eager``, Auto axes: a mesh with Explicit axes does
 not compile yet), its backward through the compiled graph."""
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ def _auto(type_str: str) -> str:
 
 
 def check(ours: dict, theirs: dict, explicit: bool) -> None:
-    for name, want in theirs.items():
-        got = ours[name]
+    assert set(ours) <= set(theirs) and ours
+    for name, got in ours.items():
+        want = theirs[name]
         types = (want["type"], want["grad_type"])
         assert (got["type"], got["grad_type"]) == (types if explicit else tuple(map(_auto, types)))
         np.testing.assert_allclose(np.array(got["value"]), want["value"], rtol=1e-6, atol=1e-5)
@@ -71,4 +72,5 @@ def test_shard_map_on_gloo_ranks_eager_and_compiled_matches_jax():
     theirs = jax_results()
     results = run("aot_eager")
     check(results["eager"], theirs, explicit=True)
-    check(results["aot_eager"], theirs, explicit=False)  # compiled: on Auto axes
+    assert set(results["eager"]) == set(CASES)
+    check(results["aot_eager"], theirs, explicit=False)  # compiled: on Auto axes, COMPILED

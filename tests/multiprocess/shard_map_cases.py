@@ -18,3 +18,5 @@ CASES = {
     "all_to_all": (lambda lax, b: lax.all_to_all(b, "model", 0, 1, tiled=True), IN),
     "axis_index": (lambda lax, b: b * lax.axis_index("model") + lax.axis_index("data"), IN),
 }
+# the cases also run with the mapped function under torch.compile
+COMPILED = ("psum", "all_gather", "ppermute", "all_to_all")

@@ -150,6 +150,10 @@ def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out
                     f"out_specs, or psum/all_gather over {missing} in the body.",
                     op="shard_map", specs=(spec,),
                     fix=f"psum(out, {missing!r}) or out_specs naming {missing}")
+            if check_vma and named - varying:
+                # an invariant block laid out along an axis: JAX pvary-s it
+                # (its transpose sums the blocks' cotangents over that axis)
+                block = manual.align(block, varying | named, scope)
             placements = S.placements_for(spec, torch_mesh)
             shape = tuple(int(d) * S.shard_count(names, S.axis_sizes(torch_mesh))
                           for d, names in zip(block.shape, spec))

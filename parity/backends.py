@@ -38,7 +38,7 @@ BACKEND_FUNCTIONS = (
 
 # JAX's explicit-sharding API (issue 26), on both backends with one meaning.
 EXPLICIT_FUNCTIONS = (
-    "device_put", "lax", "reshard", "set_mesh", "shard_map", "typeof",
+    "auto_axes", "device_put", "explicit_axes", "lax", "reshard", "set_mesh", "shard_map", "typeof",
     "with_sharding_constraint",
 )
 

@@ -214,3 +214,44 @@ def test_explicit_axes_refuse_where_jax_refuses(sim8, op, types):
             np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-6, atol=1e-4)
     if types == "auto":  # Auto axes: nothing refused (today's behaviour)
         assert all(_torch_outcome(OPS[op], [DATA, B], s, types) is not None for s in PAIRS)
+
+
+def test_auto_axes_and_explicit_axes_as_jax(sim8):
+    seen = {"jax": [], "torch": []}
+
+    def inside(backend, key):
+        def f(a, b):
+            seen[key].append(str(backend.typeof(a)))
+            return a @ b
+        return f
+
+    with jax_ref.set_mesh(jax_mesh()):
+        jx = jax_ref.device_put(DATA, P("data", "model"))
+        jy = jax_ref.auto_axes(inside(jax_ref, "jax"), out_sharding=P("data", None))(jx, jx)
+        jm = jax_ref.auto_axes(lambda a, b: a @ b, axes="model",
+                               out_sharding=P("data", None))(jx, jx)
+    with ti.set_mesh(torch_mesh()), ti.jax_semantics():
+        x = ti.device_put(DATA, P("data", "model"))
+        y = ti.auto_axes(inside(ti, "torch"), out_sharding=P("data", None))(x, x)
+        m = ti.auto_axes(lambda a, b: a @ b, axes="model", out_sharding=P("data", None))(x, x)
+    assert seen["torch"] == seen["jax"] == ["float32[8,8]"]
+    for ours, theirs in ((y, jy), (m, jm)):
+        assert str(ti.typeof(ours)) == str(jax.typeof(theirs)) == "float32[8@data,8]"
+        np.testing.assert_allclose(ti.to_numpy(ours), np.asarray(theirs), rtol=1e-6)
+
+    def typed(backend, key, error):
+        def g(a):
+            seen[key].append(str(backend.typeof(a)))
+            with pytest.raises(error):
+                a @ a
+            return a
+        return g
+
+    with jax_ref.set_mesh(jax_mesh("auto")):
+        jz = jax_ref.explicit_axes(typed(jax_ref, "jax", JaxShardingTypeError),
+                                   in_sharding=P("data", "model"))(jax_ref.device_put(DATA, P()))
+    with ti.set_mesh(torch_mesh("auto")), ti.jax_semantics():
+        z = ti.explicit_axes(typed(ti, "torch", parity.ShardingTypeError),
+                             in_sharding=P("data", "model"))(ti.device_put(DATA, P()))
+    assert seen["torch"][1:] == seen["jax"][1:] == ["float32[8@data,8@model]"]
+    assert str(ti.typeof(z)) == str(jax.typeof(jz)) == "float32[8,8]"

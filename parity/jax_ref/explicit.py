@@ -10,6 +10,7 @@ functions, with parity's meshes and specs.
 | ``with_sharding_constraint`` | ``jax.lax.with_sharding_constraint``         |
 | ``shard_map(f, ...)``        | ``jax.shard_map``                            |
 | ``lax.psum`` ...             | ``jax.lax.psum`` ... (``parity.jax_ref.lax``)|
+| ``auto_axes``/``explicit_axes``| ``jax.sharding.auto_axes``/``explicit_axes``|
 
 A parity mesh becomes a JAX mesh with the mesh's own ``axis_types``; a
 ``parity.P`` is resolved on the ambient mesh (``set_mesh``).
@@ -100,3 +101,21 @@ def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any,
     kwargs = {} if axis_names is None else {"axis_names": set(axis_names)}
     return jax.shard_map(f, mesh=to_jax_mesh(mesh, None), in_specs=_jax_specs(in_specs),
                          out_specs=_jax_specs(out_specs), check_vma=check_vma, **kwargs)
+
+
+def _jax_sharding(s: Any) -> Any:
+    if s is None:
+        return None
+    if isinstance(s, (tuple, list)):
+        return type(s)(_jax_sharding(x) for x in s)
+    return _jax_specs(s)
+
+
+def auto_axes(f: Callable, *, axes: Any = None, out_sharding: Any = None) -> Callable:
+    """``jax.sharding.auto_axes`` with parity ``P``s."""
+    return jax.sharding.auto_axes(f, axes=axes, out_sharding=_jax_sharding(out_sharding))
+
+
+def explicit_axes(f: Callable, *, axes: Any = None, in_sharding: Any = None) -> Callable:
+    """``jax.sharding.explicit_axes`` with parity ``P``s."""
+    return jax.sharding.explicit_axes(f, axes=axes, in_sharding=_jax_sharding(in_sharding))

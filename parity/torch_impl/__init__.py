@@ -36,6 +36,7 @@ from parity.torch_impl.keras.install import install_keras, keras_installed, unin
 from parity.torch_impl.meshes import mesh_axis_names, to_parity_mesh, to_torch_mesh
 from parity.torch_impl.placements import to_placements, to_spec
 from parity.torch_impl.semantics import jax_semantics
+from parity.torch_impl.explicit import auto_axes, explicit_axes
 from parity.torch_impl.explicit import device_put, lax, reshard, set_mesh, shard_map, typeof
 from parity.torch_impl.explicit import with_sharding_constraint
 from parity.torch_impl.state import device_type

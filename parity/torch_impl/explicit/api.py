@@ -28,7 +28,7 @@ from parity.layout import Spec, TensorLayout
 from parity.mesh import DeviceMesh
 from parity.torch_impl import meshes
 from parity.torch_impl.distribute import distribute_tensor
-from parity.torch_impl.explicit import manual
+from parity.torch_impl.explicit import axis_scope, manual
 from parity.torch_impl.tensors import resolve_pending
 from parity.torch_impl.tensors import spec_of as spec_and_pending
 
@@ -70,7 +70,7 @@ def typeof(x: Any) -> ArrayType:
         x = x.data
     if isinstance(x, DTensor):
         spec, _ = spec_and_pending(x)
-        mesh = meshes.to_parity_mesh(x.device_mesh)
+        mesh = axis_scope.effective(meshes.to_parity_mesh(x.device_mesh))
         return array_type(_dtype_name(x.dtype), tuple(x.shape), spec, mesh)
     if isinstance(x, torch.Tensor):
         scope = manual.current()

@@ -25,6 +25,7 @@ from parity.axis_types import AxisType
 from parity.errors import ShardingTypeError
 from parity.layout import Spec, entry_from_names
 from parity.torch_impl import meshes
+from parity.torch_impl.explicit import axis_scope
 from parity.torch_impl.explicit.typed_mesh import axis_types_of
 from parity.torch_impl.tensors import spec_of as spec_and_pending
 
@@ -83,9 +84,9 @@ def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict,
     ``chosen`` plan JAX's types refuse (see the module docstring); else
     return. Not run under ``torch.compile`` (an Explicit mesh does not
     compile; an Auto one must trace no mesh lookup here)."""
-    if _is_compiling() or axis_types_of(torch_mesh) is None:  # compiling, or all Auto
-        return
-    mesh = meshes.to_parity_mesh(torch_mesh)
+    if _is_compiling() or (axis_types_of(torch_mesh) is None and not axis_scope.active()):
+        return  # compiling, or all Auto
+    mesh = axis_scope.effective(meshes.to_parity_mesh(torch_mesh))
     explicit = set(mesh.axes_of_type(AxisType.Explicit))
     if not explicit:
         return

@@ -36,6 +36,12 @@ BACKEND_FUNCTIONS = (
     "to_numpy", "to_parity_mesh",
 )
 
+# JAX's explicit-sharding API (issue 26), on both backends with one meaning.
+EXPLICIT_FUNCTIONS = (
+    "auto_axes", "device_put", "explicit_axes", "lax", "reshard", "set_mesh", "shard_map", "typeof",
+    "with_sharding_constraint",
+)
+
 _active: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "parity_active_backend", default=None
 )

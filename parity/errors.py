@@ -12,6 +12,7 @@ attributes, never the message.
 | ``MeshMismatchError``    | ``invalid-layout``   | ``first``, ``second`` (meshes)|
 | ``IndivisibleError``     | ``indivisible``      | ``dim``, ``size``, ``axes``,  |
 |                          |                      | ``shards``                    |
+| ``ShardingTypeError``    | ``ambiguous-sharding``| ``op``, ``specs``, ``fix``  |
 | ``UnsupportedOpError``   | ``unsupported``      | ``op``, ``placements``,       |
 |                          |                      | ``reason``                    |
 | ``LostRankError``        | ``other``            | ``rank`` (the lost peer)      |
@@ -134,3 +135,22 @@ class KerasCompileError(ParityError):
 
 
 CATEGORIES = ("indivisible", "invalid-layout", "ambiguous-sharding", "unsupported", "other")
+
+
+# ---------------------------------------------------------------- explicit axes (issue 26)
+# Kept in its own block: JAX's explicit-sharding model (parity.AxisType).
+
+
+class ShardingTypeError(ShardingError):
+    """On ``Explicit`` mesh axes, ``op``'s result sharding is not fixed by
+    its operands' ``specs`` (one spec tuple per operand, as
+    ``parity.layout.Spec``), or a value's type does not match what is
+    asked of it: JAX raises ``jax.sharding.ShardingTypeError`` there.
+    ``fix`` names the ``reshard`` (or ``out_specs``) that makes the program
+    well typed."""
+
+    category: ClassVar[str] = "ambiguous-sharding"
+
+    def __init__(self, message: str, *, op: str, specs: tuple = (), fix: str = "") -> None:
+        super().__init__(message)
+        self.op, self.specs, self.fix = op, tuple(specs), fix

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from parity.axis_types import AxisType, normalize_axis_types
 from parity.errors import LayoutError
 
 
@@ -31,17 +32,24 @@ class DeviceMesh:
     attributes cannot be set (``AttributeError``) and the hash is computed
     once, so a mesh is safe as a cache key.
 
+    ``axis_types`` (one ``parity.AxisType`` per axis, or one for all)
+    defaults to ``Auto``, as ``jax.sharding.Mesh``'s does; it is part of the
+    mesh's value (two meshes that differ only in axis types are not equal,
+    as in JAX). ``parity.make_mesh`` defaults to ``Explicit``.
+
     Raises ``LayoutError`` for an empty shape or empty names, a length
-    mismatch, repeated names, or a device count other than ``prod(shape)``.
+    mismatch, repeated names, a device count other than ``prod(shape)``, or
+    ``axis_types`` that are not one axis type per axis.
     """
 
-    __slots__ = ("_shape", "_axis_names", "_devices", "_device_list", "_hash")
+    __slots__ = ("_shape", "_axis_names", "_devices", "_device_list", "_hash", "_axis_types")
 
     def __init__(
         self,
         shape: Sequence[int],
         axis_names: Sequence[str],
         devices: Sequence[Any] | np.ndarray | None = None,
+        axis_types: AxisType | Sequence[AxisType] | None = None,
     ) -> None:
         if isinstance(axis_names, str) or not _is_sequence(axis_names):
             raise LayoutError(
@@ -95,6 +103,7 @@ class DeviceMesh:
                 f"mesh of {devices.size} devices, or simulate {int(np.prod(shape))}.",
                 what="devices", value=devices.shape,
             )
+        types = normalize_axis_types(axis_types, len(shape))
         shape = tuple(int(s) for s in shape)
         devices = devices.reshape(shape)  # a copy of the caller's array (np.array above)
         devices.flags.writeable = False
@@ -104,7 +113,8 @@ class DeviceMesh:
         init(self, "_axis_names", tuple(axis_names))
         init(self, "_devices", devices)
         init(self, "_device_list", device_list)
-        init(self, "_hash", hash((shape, self._axis_names, device_list)))
+        init(self, "_axis_types", types)
+        init(self, "_hash", hash((shape, self._axis_names, device_list, types)))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"DeviceMesh is immutable: cannot set {name!r}. Build a new mesh.")
@@ -113,7 +123,8 @@ class DeviceMesh:
         raise AttributeError(f"DeviceMesh is immutable: cannot delete {name!r}.")
 
     def __reduce__(self) -> tuple:
-        return DeviceMesh, (self._shape, self._axis_names, self._devices.copy())
+        return DeviceMesh, (self._shape, self._axis_names, self._devices.copy(),
+                            self._axis_types)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -126,6 +137,19 @@ class DeviceMesh:
     @property
     def devices(self) -> np.ndarray:
         return self._devices
+
+    @property
+    def axis_types(self) -> tuple[AxisType, ...]:
+        """One ``AxisType`` per axis (``Auto`` unless given)."""
+        return self._axis_types
+
+    def axes_of_type(self, axis_type: AxisType) -> tuple[str, ...]:
+        """The names of the axes of type ``axis_type``, in mesh order."""
+        return tuple(n for n, t in zip(self._axis_names, self._axis_types) if t == axis_type)
+
+    def with_axis_types(self, axis_types: AxisType | Sequence[AxisType]) -> "DeviceMesh":
+        """The same devices and names with other axis types (a new mesh)."""
+        return DeviceMesh(self._shape, self._axis_names, self._devices, axis_types)
 
     @property
     def size(self) -> int:
@@ -154,13 +178,39 @@ class DeviceMesh:
             and self._shape == other._shape
             and self._axis_names == other._axis_names
             and self._device_list == other._device_list
+            and self._axis_types == other._axis_types
         )
 
     def __hash__(self) -> int:
         return self._hash
 
     def __repr__(self) -> str:
+        types = ""
+        if any(t != AxisType.Auto for t in self._axis_types):
+            types = f", axis_types={self._axis_types}"
         return (
             f"DeviceMesh(shape={self._shape}, axis_names={self._axis_names}, "
-            f"devices={self._devices.flatten().tolist()})"
+            f"devices={self._devices.flatten().tolist()}{types})"
         )
+
+
+def make_mesh(
+    axis_shapes: Sequence[int],
+    axis_names: Sequence[str],
+    *,
+    axis_types: AxisType | Sequence[AxisType] | None = None,
+    devices: Sequence[Any] | np.ndarray | None = None,
+) -> DeviceMesh:
+    """A ``DeviceMesh`` as ``jax.make_mesh`` builds one: every axis
+    ``Explicit`` unless ``axis_types`` says otherwise, devices from the
+    active backend unless given.
+
+    ```python
+    mesh = parity.make_mesh((2, 4), ("data", "model"))   # (Explicit, Explicit)
+    ```
+
+    Raises like ``DeviceMesh``.
+    """
+    if axis_types is None:
+        axis_types = AxisType.Explicit
+    return DeviceMesh(axis_shapes, axis_names, devices, axis_types)

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "parity" / "torch_impl"
 # Bottom first: a folder may import the ones before it, never one after it.
-FOLDERS = ("runtime", "layouts", "collectives", "arrays", "semantics", "keras")
+FOLDERS = ("runtime", "layouts", "collectives", "arrays", "semantics", "explicit", "keras")
 MODULES = sorted(p for p in ROOT.rglob("*.py") if p.parent != ROOT)
 
 

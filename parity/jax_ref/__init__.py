@@ -20,7 +20,7 @@ int64 and float64 inputs become int32 and float32 (``describe`` reports
 the dtype JAX actually holds).
 """
 
-from parity.backends import BACKEND_FUNCTIONS
+from parity.backends import BACKEND_FUNCTIONS, EXPLICIT_FUNCTIONS
 from parity.jax_ref.collectives import all_gather, all_reduce, reduce_scatter
 from parity.jax_ref.describe import describe, describe_sharding
 from parity.jax_ref.devices import get_device_count, initialize, list_devices, num_processes
@@ -30,7 +30,11 @@ from parity.jax_ref.distribute import distribute_tensor, distribute_variable, lo
 from parity.jax_ref.meshes import _to_backend_layout, _to_backend_mesh, spec_of, to_jax_mesh
 from parity.jax_ref.meshes import to_named_sharding, to_parity_mesh, to_partition_spec
 
+from parity.jax_ref.explicit import device_put, reshard, set_mesh, shard_map, typeof
+from parity.jax_ref.explicit import auto_axes, explicit_axes, with_sharding_constraint
+from parity.jax_ref import lax
+
 _to_backend_device = to_jax_device
 
-__all__ = sorted({*BACKEND_FUNCTIONS, "describe_sharding", "spec_of", "to_jax_device",
+__all__ = sorted({*BACKEND_FUNCTIONS, *EXPLICIT_FUNCTIONS, "describe_sharding", "spec_of", "to_jax_device",
                   "to_jax_mesh", "to_named_sharding", "to_partition_spec"})

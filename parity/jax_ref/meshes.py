@@ -26,12 +26,16 @@ from parity.jax_ref.devices import device_name, to_jax_device
 from parity.mesh import DeviceMesh
 
 AXIS_TYPES = {"explicit": AxisType.Explicit, "auto": AxisType.Auto}
+# axis_types=None: the parity mesh's own axis types (parity.AxisType -> JAX's).
+_OWN = "mesh"
 
 _mesh_cache: dict[tuple[DeviceMesh, str], Mesh] = {}
 _lock = threading.Lock()
 
 
-def _axis_type(axis_types: str) -> str:
+def _axis_type(axis_types: str | None) -> str:
+    if axis_types is None:
+        return _OWN
     key = str(axis_types).lower()
     if key not in AXIS_TYPES:
         raise ParityError(
@@ -40,8 +44,12 @@ def _axis_type(axis_types: str) -> str:
     return key
 
 
-def to_jax_mesh(mesh: DeviceMesh, axis_types: str = "explicit") -> Mesh:
+def to_jax_mesh(mesh: DeviceMesh, axis_types: str | None = "explicit") -> Mesh:
     """The ``jax.sharding.Mesh`` of ``mesh`` (cached per mesh and axis types).
+
+    ``axis_types``: ``"explicit"`` (the default: the reference checks JAX's
+    explicit rules whatever the parity mesh says) or ``"auto"`` for every
+    axis; ``None`` for the parity mesh's own ``axis_types``.
 
     Devices are looked up by name (``"cpu:3"``) or taken as ``jax.Device``.
     Raises ``LayoutError`` for a device JAX does not have and
@@ -54,7 +62,10 @@ def to_jax_mesh(mesh: DeviceMesh, axis_types: str = "explicit") -> Mesh:
         devices = np.array(
             [to_jax_device(d) for d in mesh.devices.flat], dtype=object
         ).reshape(mesh.shape)
-        types = (AXIS_TYPES[key[1]],) * len(mesh.shape)
+        if key[1] == _OWN:
+            types = tuple(getattr(AxisType, t.name) for t in mesh.axis_types)
+        else:
+            types = (AXIS_TYPES[key[1]],) * len(mesh.shape)
         found = Mesh(devices, mesh.axis_names, axis_types=types)
         with _lock:
             _mesh_cache[key] = found
@@ -110,7 +121,7 @@ def require_layout(layout: Any) -> TensorLayout:
     return layout
 
 
-def to_named_sharding(layout: TensorLayout, axis_types: str = "explicit") -> NamedSharding:
+def to_named_sharding(layout: TensorLayout, axis_types: str | None = "explicit") -> NamedSharding:
     """The ``NamedSharding`` of ``layout`` on its mesh.
 
     Raises ``LayoutError`` when ``layout`` is not a ``TensorLayout`` or has

@@ -20,7 +20,7 @@ traced twins, donation), ``layouts`` (meshes, specs <-> placements),
 ``runtime`` (devices, state, watchdog, torch_compat).
 """
 
-from parity.backends import BACKEND_FUNCTIONS
+from parity.backends import BACKEND_FUNCTIONS, EXPLICIT_FUNCTIONS
 from parity.torch_impl.runtime.devices import get_device_count, initialize, list_devices
 from parity.torch_impl.runtime.devices import num_processes, process_id, simulate, torch_device
 from parity.torch_impl.runtime.state import device_type
@@ -34,11 +34,14 @@ from parity.torch_impl.arrays.distribute import distribute_data_input
 from parity.torch_impl.arrays.distribute import distribute_tensor, distribute_variable
 from parity.torch_impl.arrays.distribute import local_block, to_numpy
 from parity.torch_impl.semantics import jax_semantics
+from parity.torch_impl.explicit import auto_axes, explicit_axes
+from parity.torch_impl.explicit import device_put, lax, reshard, set_mesh, shard_map, typeof
+from parity.torch_impl.explicit import with_sharding_constraint
 from parity.torch_impl.keras.distribution_lib import _to_backend_device, _to_backend_layout
 from parity.torch_impl.keras.distribution_lib import _to_backend_mesh
 from parity.torch_impl.keras.install import install_keras, keras_install_scope, uninstall_keras
 
-__all__ = sorted({*BACKEND_FUNCTIONS, "device_type", "install_keras", "jax_semantics",
+__all__ = sorted({*BACKEND_FUNCTIONS, *EXPLICIT_FUNCTIONS, "device_type", "install_keras", "jax_semantics",
                   "keras_install_scope", "uninstall_keras", "mesh_axis_names", "to_placements",
                   "to_spec", "to_torch_mesh",
                   "torch_device"})

@@ -62,8 +62,15 @@ def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
         cached = _mesh_cache.get(mesh)
         if cached is None:
             ranks = np.vectorize(device_rank, otypes=[np.int64])(mesh.devices)
-            cached = TorchMesh(now.device_type, torch.from_numpy(ranks),
-                               mesh_dim_names=mesh.axis_names)
+            if all(t.name == "Auto" for t in mesh.axis_types):
+                cached = TorchMesh(now.device_type, torch.from_numpy(ranks),
+                                   mesh_dim_names=mesh.axis_names)
+            else:  # Explicit/Manual axes: a mesh no Auto one equals (issue 26)
+                from parity.torch_impl.layouts.typed_mesh import TypedTorchMesh
+
+                cached = TypedTorchMesh(now.device_type, torch.from_numpy(ranks),
+                                        mesh_dim_names=mesh.axis_names,
+                                        axis_types=tuple(t.name for t in mesh.axis_types))
             _mesh_cache[mesh] = cached
             _parity_mesh_cache[id(cached)] = (cached, mesh)
     return cached
@@ -92,7 +99,8 @@ def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
     kind = state.parity_device_kind(torch_mesh.device_type)
     ranks = torch_mesh.mesh.cpu().numpy()
     devices = np.array([f"{kind}:{r}" for r in ranks.flat], dtype=object).reshape(ranks.shape)
-    mesh = DeviceMesh(tuple(torch_mesh.mesh.shape), tuple(names), devices)
+    mesh = DeviceMesh(tuple(torch_mesh.mesh.shape), tuple(names), devices,
+                      getattr(torch_mesh, "parity_axis_types", None))  # issue 26
     with state.lock:
         _caches_for(state.current().generation)
         _parity_mesh_cache[id(torch_mesh)] = (torch_mesh, mesh)

@@ -58,6 +58,7 @@ from parity.torch_impl.semantics import (
 )
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
+from parity.torch_impl.semantics import explicit_check
 
 # Names handled by torch itself: metadata, autograd plumbing, conversions
 # that never compute on values.
@@ -274,6 +275,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
         return func(*args, **kwargs)
     plan = rules.plan_for(func, args, kwargs, mesh)
+    if plan is not None and plan.chosen:  # JAX's explicit mode refuses it: on Explicit axes, raise
+        explicit_check.refuse_if_explicit(func, name, plan, args, kwargs, mesh)
     keep_partial = defer and plan is not None and plan.linear
     grad = torch.is_grad_enabled()
     targets = plan.inputs if plan is not None else {}
@@ -317,7 +320,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         return _finish(_recover(err, func, prepared_args, prepared_kwargs, mesh), plan,
                        keep_partial)
     result = _finish(out, plan, keep_partial)
-    if key is not None and not moved and result is out and not _any_partial(out):
+    if key is not None and not moved and result is out and not _any_partial(out) \
+            and not (plan is not None and plan.chosen):  # chosen: re-checked per mesh
         fast_path.remember(key)
     return result
 

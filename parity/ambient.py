@@ -1,0 +1,78 @@
+"""The ambient mesh: ``set_mesh(mesh)`` and what a ``P(...)`` resolves to.
+
+A per-thread stack: ``set_mesh`` pushes a mesh for the ``with`` block (the
+innermost wins; blocks nest; another thread sees its own stack), as
+``jax.set_mesh`` does. Each backend's ``set_mesh`` enters this one (the JAX
+reference also enters ``jax.set_mesh`` on the JAX mesh).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+from parity.errors import LayoutError
+from parity.layout import TensorLayout
+from parity.mesh import DeviceMesh
+from parity.partition_spec import PartitionSpec
+
+
+class _Stack(threading.local):
+    def __init__(self) -> None:
+        self.meshes: list[DeviceMesh] = []
+
+
+_stack = _Stack()
+
+
+@contextlib.contextmanager
+def set_mesh(mesh: DeviceMesh) -> Iterator[DeviceMesh]:
+    """Make ``mesh`` this thread's ambient mesh inside the ``with`` block.
+
+    Raises ``LayoutError`` when ``mesh`` is not a ``parity.DeviceMesh``.
+    """
+    if not isinstance(mesh, DeviceMesh):
+        raise LayoutError(
+            f"set_mesh needs a parity.DeviceMesh, got {type(mesh).__name__}: {mesh!r}. "
+            "Fix: parity.make_mesh(shape, names) or parity.DeviceMesh(...).",
+                          what="mesh", value=mesh)
+    _stack.meshes.append(mesh)
+    try:
+        yield mesh
+    finally:
+        _stack.meshes.pop()
+
+
+def get_mesh() -> DeviceMesh | None:
+    """This thread's innermost ambient mesh, or ``None``."""
+    return _stack.meshes[-1] if _stack.meshes else None
+
+
+def to_layout(spec_or_layout: object, ndim: int, what: str) -> TensorLayout:
+    """A bound ``TensorLayout`` for an array of rank ``ndim``: a bound
+    ``TensorLayout`` as it is, a ``PartitionSpec`` on the ambient mesh.
+
+    Raises ``LayoutError`` for anything else, for a ``P`` with no ambient
+    mesh or naming an axis the mesh lacks, and for a rank mismatch.
+    """
+    if isinstance(spec_or_layout, TensorLayout):
+        spec_or_layout.require_mesh()
+        if spec_or_layout.rank != ndim:
+            raise LayoutError(
+                f"{what}: layout {spec_or_layout.axes} has {spec_or_layout.rank} entries but "
+                f"the array has rank {ndim}. Fix: one entry per dim.",
+                              what=what, value=spec_or_layout)
+        return spec_or_layout
+    if isinstance(spec_or_layout, PartitionSpec):
+        mesh = get_mesh()
+        if mesh is None:
+            raise LayoutError(
+                f"{what}: {spec_or_layout!r} needs an ambient mesh. Fix: run inside "
+                "`with backend.set_mesh(mesh):`, or pass parity.TensorLayout(axes, mesh).",
+                              what=what, value=spec_or_layout)
+        return TensorLayout.from_spec(spec_or_layout.spec_for(ndim), mesh)
+    raise LayoutError(
+        f"{what}: expected a parity.P(...) or a parity.TensorLayout, got "
+        f"{type(spec_or_layout).__name__}: {spec_or_layout!r}.",
+                      what=what, value=spec_or_layout)

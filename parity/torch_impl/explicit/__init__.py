@@ -1,0 +1,24 @@
+"""JAX's explicit-sharding model on DTensor (issue 26).
+
+* ``api``: ``set_mesh``, ``device_put``, ``typeof``, ``reshard``,
+  ``with_sharding_constraint``; ``axis_scope``: ``auto_axes``,
+  ``explicit_axes``;
+* ``check``: under ``jax_semantics()``, ops whose result sharding JAX's
+  explicit mode refuses raise ``parity.ShardingTypeError`` on Explicit axes;
+* ``shard_map`` and ``lax`` (the collectives of its body), over ``manual``
+  (JAX's varying-axes types and ``pvary``).
+"""
+
+from parity.torch_impl.explicit import lax
+from parity.torch_impl.explicit.api import (
+    device_put,
+    reshard,
+    set_mesh,
+    typeof,
+    with_sharding_constraint,
+)
+from parity.torch_impl.explicit.axis_scope import auto_axes, explicit_axes
+from parity.torch_impl.explicit.shard_map import shard_map
+
+__all__ = ["auto_axes", "device_put", "explicit_axes", "lax", "reshard", "set_mesh", "shard_map", "typeof",
+           "with_sharding_constraint"]

@@ -1,0 +1,175 @@
+"""``shard_map``: a function of per-device blocks, on DTensors.
+
+``shard_map(f, mesh=mesh, in_specs=P("data", "model"), out_specs=P("data", None))(x)``:
+
+1. each argument is resharded to its ``in_specs`` entry (DTensor's
+   differentiable ``redistribute``; host data is distributed) and its local
+   block taken (``to_local``: over simulated ranks a ``LocalTensor`` of
+   every rank's block, under torchrun this process's block);
+2. ``f`` runs once on the blocks, under ``manual.BodyMode`` (JAX's ``vma``
+   types, ``pvary``), calling ``parity.torch_impl.lax`` collectives;
+3. each output block becomes a DTensor laid out as its ``out_specs`` entry
+   (``from_local``; its global shape is the block's times the shard
+   counts). With ``check_vma=True`` an ``out_specs`` entry that leaves out
+   a manual axis the output varies along raises ``ShardingTypeError``, as
+   JAX refuses it.
+
+Gradients flow through all three steps: ``to_local`` / ``from_local`` are
+differentiable, and the body's collectives and ``pvary`` have JAX's
+transposes (``lax``, ``manual``).
+
+``axis_names`` (the manual axes) must be all the mesh's axes here: a body
+that is manual over some axes and Auto/Explicit over the others is not
+supported (``UnsupportedOpError``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from parity import ambient
+from parity import sharding_rules as R
+from parity.errors import LayoutError, ShardingTypeError, UnsupportedOpError
+from parity.layout import Spec, TensorLayout, entry_from_names
+from parity.mesh import DeviceMesh
+from parity.partition_spec import PartitionSpec
+from parity.torch_impl.layouts import meshes
+from parity.torch_impl.arrays.distribute import distribute_tensor
+from parity.torch_impl.explicit import manual
+from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
+from parity.torch_impl.layouts import specs as S
+from parity.torch_impl.layouts.specs import resolve_pending
+
+
+def _is_spec(s: Any) -> bool:
+    return isinstance(s, (PartitionSpec, TensorLayout))
+
+
+def _spec_of(s: Any, ndim: int, mesh: DeviceMesh, what: str) -> Spec:
+    if isinstance(s, PartitionSpec):
+        spec = s.spec_for(ndim)
+    elif isinstance(s, TensorLayout):
+        if s.device_mesh is not None and s.device_mesh != mesh:
+            raise LayoutError(f"{what}: layout {s!r} is on another mesh than the shard_map's.", what=what, value=s)
+        spec = s.spec
+        if len(spec) != ndim:
+            raise LayoutError(f"{what}: layout {s.axes} has {len(spec)} entries for rank {ndim}.", what=what, value=s)
+    else:
+        raise LayoutError(f"{what}: expected a parity.P(...), got {type(s).__name__}: {s!r}.", what=what, value=s)
+    TensorLayout.from_spec(spec, mesh)  # unknown axis names raise here
+    return spec
+
+
+def _broadcast(specs: Any, values: list, what: str) -> list:
+    """One spec per value: ``specs`` is one spec for all, or a matching
+    sequence (JAX: a pytree prefix; nested prefixes are not supported)."""
+    if _is_spec(specs):
+        return [specs] * len(values)
+    if isinstance(specs, (tuple, list)) and len(specs) == len(values):
+        return list(specs)
+    raise LayoutError(
+        f"{what}={specs!r} does not match {len(values)} value(s). Fix: one P for all, or "
+        "a tuple with one P per value.",
+                      what=what, value=specs)
+
+
+def _p(spec: Spec) -> str:
+    return "P(" + ", ".join(repr(entry_from_names(n)) for n in spec) + ")"
+
+
+def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out_specs: Any,
+              axis_names: Any = None, check_vma: bool = True) -> Callable:
+    """``f`` applied to each device's block of its arguments (JAX's
+    ``jax.shard_map``); returns the mapped function.
+
+    Arguments are DTensors (resharded to ``in_specs``) or host data
+    (distributed). ``f`` returns a tensor or a tuple/list of tensors,
+    matched by ``out_specs``. Raises, when called: ``LayoutError`` (no
+    mesh, specs that do not match the arguments, an unknown axis, an
+    output block whose global shape cannot be formed),
+    ``ShardingTypeError`` (``check_vma``: ``out_specs`` claims replication
+    along an axis the output varies along), ``UnsupportedOpError``
+    (``axis_names`` a strict subset of the mesh axes).
+    """
+
+    @functools.wraps(f)
+    def mapped(*args: Any) -> Any:
+        the_mesh = mesh if mesh is not None else ambient.get_mesh()
+        if the_mesh is None:
+            raise LayoutError("shard_map needs mesh= or an ambient mesh (set_mesh(mesh)).", what="mesh", value=None)
+        manual_axes = the_mesh.axis_names if axis_names is None else tuple(
+            a for a in the_mesh.axis_names if a in set(axis_names))
+        if set(manual_axes) != set(the_mesh.axis_names):
+            raise UnsupportedOpError(
+                f"shard_map(axis_names={axis_names!r}): parity runs a body manual over every "
+                f"mesh axis {the_mesh.axis_names}. Fix: leave axis_names out.",
+                op="shard_map", reason="partial manual axes")
+        torch_mesh = meshes.to_torch_mesh(the_mesh)
+        scope = manual.Scope(the_mesh, torch_mesh, tuple(manual_axes), bool(check_vma))
+        leaves = list(args)
+        specs = _broadcast(in_specs, leaves, "in_specs")
+        blocks = []
+        for i, (value, s) in enumerate(zip(leaves, specs)):
+            ndim = value.ndim if isinstance(value, torch.Tensor) else len(getattr(value, "shape", ()))
+            spec = _spec_of(s, ndim, the_mesh, f"in_specs[{i}]")
+            layout = TensorLayout.from_spec(spec, the_mesh)
+            if isinstance(value, DTensor):
+                layout.check_shape(tuple(value.shape))
+                if value.device_mesh != torch_mesh:
+                    raise LayoutError(f"shard_map argument {i} lives on another mesh.", what="args", value=i)
+                guard = value.requires_grad and value.is_leaf
+                value = S.redistribute_to(resolve_pending(value), spec, guard=guard)
+            else:
+                value = distribute_tensor(value, layout)
+            block = value.to_local()
+            blocks.append(manual.with_vma(block, {n for names in spec for n in names}))
+        manual.push(scope)
+        try:
+            with manual.BodyMode(scope):
+                out = f(*blocks)
+        finally:
+            manual.pop()
+        outs, tree = tree_flatten(out)
+        o_specs = _broadcast(out_specs, outs, "out_specs")
+        results = []
+        for i, (block, s) in enumerate(zip(outs, o_specs)):
+            if not isinstance(block, torch.Tensor):
+                raise LayoutError(f"shard_map output {i} is a {type(block).__name__}, not a tensor.", what="out_specs", value=block)
+            spec = _spec_of(s, block.ndim, the_mesh, f"out_specs[{i}]")
+            named = {n for names in spec for n in names}
+            varying = manual.vma_of(block)
+            if check_vma and not varying <= named:
+                missing = tuple(a for a in the_mesh.axis_names if a in varying - named)
+                raise ShardingTypeError(
+                    f"shard_map out_specs[{i}] is {_p(spec)}, which claims the output is "
+                    f"replicated along {missing}, but it varies along them (its type is "
+                    f"varying over {tuple(sorted(varying))}). Fix: name {missing} in "
+                    f"out_specs, or psum/all_gather over {missing} in the body.",
+                    op="shard_map", specs=(spec,),
+                    fix=f"psum(out, {missing!r}) or out_specs naming {missing}")
+            if check_vma and named - varying:
+                # an invariant block laid out along an axis: JAX pvary-s it
+                # (its transpose sums the blocks' cotangents over that axis)
+                block = manual.align(block, varying | named, scope)
+            placements = S.placements_for(spec, torch_mesh)
+            shape = tuple(int(d) * R.shard_count(names, S.axis_sizes(torch_mesh))
+                          for d, names in zip(block.shape, spec))
+            stride = _contiguous_stride(shape)
+            results.append(DTensor.from_local(block, torch_mesh, placements, run_check=False,
+                                              shape=torch.Size(shape), stride=stride))
+        return tree_unflatten(results, tree)
+
+    return mapped
+
+
+def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
+    stride, acc = [], 1
+    for size in reversed(shape):
+        stride.append(acc)
+        acc *= size
+    return tuple(reversed(stride))

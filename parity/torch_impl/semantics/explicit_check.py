@@ -1,0 +1,107 @@
+"""Explicit axes under ``jax_semantics()``: where JAX's explicit mode
+refuses an op (``ShardingTypeError``: contracting dims sharded
+inconsistently or on both sides, conflicting elementwise operands, an axis
+on two dims), parity raises ``parity.ShardingTypeError`` naming the
+operands' specs and the ``reshard`` that fixes it.
+
+The rules (``parity.sharding_rules``, checked against JAX) mark such a plan
+``chosen``; this module decides whether the mesh's axis types make it an
+error: on a mesh with no Explicit axis never (Auto: the plan runs, as
+today); when every mesh axis the operands name is Explicit, always (the
+rule then sees exactly JAX's types). When the operands name Auto axes too,
+JAX's types hold only the Explicit axes: the rule is asked again on
+stand-in operands sharded over those alone (same shapes and mesh, no
+data), and the op is refused when that plan is ``chosen``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from parity.axis_types import AxisType
+from parity.errors import ShardingTypeError
+from parity.layout import Spec, entry_from_names
+from parity.torch_impl.layouts import meshes
+from parity.torch_impl.semantics import axis_overrides
+from parity.torch_impl.layouts.typed_mesh import axis_types_of
+from parity.torch_impl.layouts.specs import spec_and_pending
+from parity.torch_impl.runtime.torch_compat import tree_map
+
+
+_is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to True
+
+
+def _p(spec: Spec) -> str:
+    return "P(" + ", ".join(repr(entry_from_names(n)) for n in spec) + ")"
+
+
+def _operands(args: tuple, kwargs: dict) -> list[tuple[tuple, DTensor]]:
+    found = []
+
+    def visit(loc: tuple, value: Any) -> None:
+        if isinstance(value, DTensor):
+            found.append((loc, value))
+        elif isinstance(value, (list, tuple)):
+            for j, v in enumerate(value):
+                if isinstance(v, DTensor):
+                    found.append((loc + (j,), v))
+
+    for i, a in enumerate(args):
+        visit(("a", i), a)
+    for k, v in kwargs.items():
+        visit(("k", k), v)
+    return found
+
+
+def _name(loc: tuple) -> str:
+    where = f"argument {loc[1]}" if loc[0] == "a" else f"{loc[1]}="
+    return where + (f"[{loc[2]}]" if len(loc) > 2 else "")
+
+
+def _chosen_on(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> bool:
+    """Whether the rule marks the call ``chosen`` when each operand is
+    sharded over its ``explicit`` axes only (JAX's type of it)."""
+    from parity.torch_impl.semantics import rules
+    from parity.torch_impl.layouts.tensors import result_spec
+
+    def stand_in(t: Any) -> Any:
+        if not isinstance(t, DTensor):
+            return t
+        spec = tuple(tuple(n for n in names if n in explicit) for names in spec_and_pending(t)[0])
+        meta = result_spec(torch_mesh, spec, tuple(t.shape), t.dtype)
+        return DTensor.__new__(DTensor, t._local_tensor, meta, requires_grad=False)
+
+    plan = rules.plan_for(func, tree_map(stand_in, args), tree_map(stand_in, kwargs), torch_mesh)
+    return plan is not None and plan.chosen
+
+
+def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> None:
+    """Raise ``ShardingTypeError`` for ``func`` (named ``op``) whose
+    ``chosen`` plan JAX's types refuse (see the module docstring); else
+    return. Not run under ``torch.compile`` (an Explicit mesh does not
+    compile; an Auto one must trace no mesh lookup here)."""
+    if _is_compiling() or (axis_types_of(torch_mesh) is None and not axis_overrides.active()):
+        return  # compiling, or all Auto
+    mesh = axis_overrides.effective(meshes.to_parity_mesh(torch_mesh))
+    explicit = set(mesh.axes_of_type(AxisType.Explicit))
+    if not explicit:
+        return
+    operands = _operands(args, kwargs)
+    specs = [spec_and_pending(t)[0] for _, t in operands]
+    named = {n for spec in specs for names in spec for n in names}
+    if not named & explicit:
+        return
+    if not named <= explicit and not _chosen_on(explicit, func, args, kwargs, torch_mesh):
+        return
+    fixes = [f"reshard({_name(loc)}, {_p(plan.inputs[loc])})"
+             for (loc, _), spec in zip(operands, specs)
+             if loc in plan.inputs and plan.inputs[loc] != spec]
+    fix = "; ".join(fixes) if fixes else "reshard the operands to one consistent sharding"
+    raise ShardingTypeError(
+        f"{op}: on Explicit mesh axes the result's sharding is ambiguous for operands "
+        f"sharded as {', '.join(_p(s) for s in specs)} (JAX raises ShardingTypeError "
+        f"here). Fix: {fix}, or use a mesh with Auto axes.",
+        op=op, specs=tuple(specs), fix=fix)

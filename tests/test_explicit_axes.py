@@ -1,0 +1,257 @@
+"""Issue 26: JAX's explicit-sharding model -- ``AxisType``, ``make_mesh``,
+``P`` on the ambient mesh, ``typeof``, ``reshard``,
+``with_sharding_constraint``, Explicit axes under ``jax_semantics()`` and
+``shard_map`` with ``lax`` collectives.
+
+Every behaviour is checked against JAX 0.10.2 itself (``jax.typeof``,
+``jax.sharding.reshard``, ``jax.shard_map``, ``jax.grad``, JAX's
+``ShardingTypeError``) on 8 simulated devices, and the torch backend against
+the same: strings of ``typeof`` equal, values equal, gradients' shardings
+equal, errors of the same kind."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import parity
+from parity import P, jax_ref
+
+jax_ref.simulate(8)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import AxisType as JaxAxisType  # noqa: E402
+
+from parity import torch_impl as ti  # noqa: E402
+
+DATA = np.arange(64.0, dtype=np.float32).reshape(8, 8)
+JaxShardingTypeError = jax._src.core.ShardingTypeError  # noqa: SLF001
+
+
+def jax_mesh(axis_types=None):
+    return parity.make_mesh((2, 4), ("data", "model"), axis_types=axis_types,
+                            devices=jax_ref.list_devices())
+
+
+def torch_mesh(axis_types=None):
+    return parity.make_mesh((2, 4), ("data", "model"), axis_types=axis_types)
+
+
+# ---------------------------------------------------------------- neutral API
+
+def test_mesh_axis_types_default_as_jax():
+    devices = [f"cpu:{i}" for i in range(8)]
+    assert parity.DeviceMesh((2, 4), ("d", "m"), devices).axis_types == (parity.AxisType.Auto,) * 2
+    made = parity.make_mesh((2, 4), ("d", "m"), devices=devices)
+    assert made.axis_types == (parity.AxisType.Explicit,) * 2
+    assert jax.make_mesh((2, 4), ("d", "m")).axis_types == (JaxAxisType.Explicit,) * 2
+    assert jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("d", "m")).axis_types \
+        == (JaxAxisType.Auto,) * 2
+    assert made != made.with_axis_types(parity.AxisType.Auto)  # as JAX's Mesh.__eq__
+    mixed = parity.DeviceMesh((2, 4), ("d", "m"), devices, axis_types=("explicit", "auto"))
+    assert mixed.axes_of_type(parity.AxisType.Explicit) == ("d",)
+    with pytest.raises(parity.LayoutError, match="2 entries for a mesh of 1"):
+        parity.DeviceMesh((8,), ("x",), devices, axis_types=("explicit", "auto"))
+    with pytest.raises(parity.LayoutError, match="not an axis type"):
+        parity.DeviceMesh((8,), ("x",), devices, axis_types="sideways")
+
+
+def test_partition_spec_pads_and_refuses_what_it_cannot_do():
+    assert P("data").spec_for(3) == (("data",), (), ())
+    assert P(("data", "model"), None) == P(("data", "model"), None)
+    with pytest.raises(parity.LayoutError, match="used twice"):
+        P("data", "data")
+    with pytest.raises(parity.LayoutError, match="rank 1"):
+        P("data", None).spec_for(1)
+    with pytest.raises(parity.UnsupportedOpError, match="unreduced"):
+        P("data", unreduced={"model"})
+
+
+def test_set_mesh_is_per_thread_and_nests():
+    devices = [f"cpu:{i}" for i in range(8)]
+    outer = parity.make_mesh((8,), ("x",), devices=devices)
+    inner = parity.make_mesh((2, 4), ("data", "model"), devices=devices)
+    seen = []
+    with parity.ambient.set_mesh(outer):
+        with parity.ambient.set_mesh(inner):
+            assert parity.ambient.get_mesh() is inner
+            thread = threading.Thread(target=lambda: seen.append(parity.ambient.get_mesh()))
+            thread.start()
+            thread.join()
+        assert parity.ambient.get_mesh() is outer
+    assert parity.ambient.get_mesh() is None and seen == [None]
+    with pytest.raises(parity.LayoutError, match="needs an ambient mesh"):
+        parity.ambient.to_layout(P("x"), 1, "reshard")
+
+
+# ---------------------------------------------------------------- typeof, reshard
+
+SPECS = [P("data", "model"), P("model", None), P(("data", "model"), None), P(None, "data"), P()]
+
+
+@pytest.mark.parametrize("types", [None, "auto", ("explicit", "auto")])
+def test_typeof_strings_equal_jax_on_both_backends(sim8, types):
+    jm, tm = jax_mesh(types), torch_mesh(types)
+    for spec in SPECS:
+        with jax_ref.set_mesh(jm):
+            expected = str(jax.typeof(jax.device_put(DATA, jax.sharding.PartitionSpec(*spec))))
+            assert str(jax_ref.typeof(jax_ref.device_put(DATA, spec))) == expected
+        with ti.set_mesh(tm):
+            assert str(ti.typeof(ti.device_put(DATA, spec))) == expected, spec
+    with ti.set_mesh(tm):
+        assert str(ti.typeof(ti.device_put(DATA.astype(np.int32), P("data")))) == (
+            "int32[8@data,8]" if types != "auto" else "int32[8,8]")
+
+
+def test_the_issue_program_runs_alike(sim8):
+    """The program of issue 26, on JAX, jax_ref and torch_impl."""
+    jm, tm = jax_mesh(), torch_mesh()
+    with jax_ref.set_mesh(jm):
+        jx = jax_ref.device_put(DATA, P("data", "model"))
+        jy = jax_ref.reshard(jx, P("model", None))
+        with pytest.raises(JaxShardingTypeError, match="consistent sharding"):
+            jx @ jx
+        jz = jax_ref.shard_map(lambda b: jax_ref.lax.psum(b, "model"),
+                               in_specs=P("data", "model"), out_specs=P("data", None))(jx)
+    with ti.set_mesh(tm):
+        x = ti.device_put(DATA, P("data", "model"))
+        y = ti.reshard(x, P("model", None))
+        with ti.jax_semantics(), pytest.raises(parity.ShardingTypeError) as info:
+            x @ x
+        z = ti.shard_map(lambda b: ti.lax.psum(b, "model"),
+                         in_specs=P("data", "model"), out_specs=P("data", None))(x)
+    assert info.value.specs == ((("data",), ("model",)),) * 2 and "reshard(" in info.value.fix
+    assert info.value.category == "ambiguous-sharding"
+    for j, t in ((jx, x), (jy, y), (jz, z)):
+        assert str(ti.typeof(t)) == str(jax.typeof(j))
+        np.testing.assert_array_equal(ti.to_numpy(t), np.asarray(j))
+        assert ti.describe(t) == jax_ref.describe(j)
+
+
+def test_reshard_gradient_comes_back_in_the_inputs_sharding(sim8):
+    jm, tm = jax_mesh(), torch_mesh()
+    loss = lambda r: lambda v: (r(v, P("model", None)) ** 2 * 0.5).sum()  # noqa: E731
+    with jax_ref.set_mesh(jm):
+        jx = jax_ref.device_put(DATA, P("data", "model"))
+        jg = jax.grad(loss(jax_ref.reshard))(jx)
+    with ti.set_mesh(tm):
+        x = ti.device_put(DATA, P("data", "model")).requires_grad_()
+        loss(ti.reshard)(x).backward()
+    assert str(ti.typeof(x.grad)) == str(jax.typeof(jg)) == "float32[8@data,8@model]"
+    np.testing.assert_array_equal(ti.to_numpy(x.grad), np.asarray(jg))
+
+
+def test_with_sharding_constraint_asserts_on_explicit_and_reshards_on_auto(sim8):
+    with jax_ref.set_mesh(jax_mesh()):
+        jx = jax_ref.device_put(DATA, P("data", "model"))
+        with pytest.raises(AssertionError, match="reshard"):
+            jax_ref.with_sharding_constraint(jx, P(None, "data"))
+        assert jax_ref.with_sharding_constraint(jx, P("data", "model")) is not None
+    with ti.set_mesh(torch_mesh()):
+        x = ti.device_put(DATA, P("data", "model"))
+        with pytest.raises(parity.ShardingTypeError, match=r"reshard\(x, P\(None, 'data'\)\)"):
+            ti.with_sharding_constraint(x, P(None, "data"))
+        assert ti.with_sharding_constraint(x, P("data", "model")) is x
+    jam, tam = jax_mesh("auto"), torch_mesh("auto")
+    with jax_ref.set_mesh(jam):
+        jc = jax.jit(lambda v: jax_ref.with_sharding_constraint(v, P(None, "data")))(
+            jax_ref.device_put(DATA, P("data", "model")))
+    with ti.set_mesh(tam):
+        c = ti.with_sharding_constraint(ti.device_put(DATA, P("data", "model")), P(None, "data"))
+    assert ti.describe(c) == jax_ref.describe(jc)
+
+
+# ---------------------------------------------------------------- Explicit axes under jax_semantics
+
+def _jax_outcome(fn, arrays, specs, types):
+    with jax_ref.set_mesh(jax_mesh(types)):
+        xs = [jax_ref.device_put(a, s) for a, s in zip(arrays, specs)]
+        try:
+            out = fn(*xs)
+        except JaxShardingTypeError:
+            return None
+        return str(jax.typeof(out)), np.asarray(out)
+
+
+def _torch_outcome(fn, arrays, specs, types):
+    with ti.set_mesh(torch_mesh(types)), ti.jax_semantics():
+        xs = [ti.device_put(a, s) for a, s in zip(arrays, specs)]
+        try:
+            out = fn(*xs)
+        except parity.ShardingTypeError:
+            return None
+        return str(ti.typeof(out)), ti.to_numpy(out)
+
+
+B = np.arange(64.0, dtype=np.float32).reshape(8, 8) / 7
+OPS = {
+    "matmul": (lambda a, b: a @ b),
+    "add": (lambda a, b: a + b),
+    "einsum": (lambda a, b: (jnp if isinstance(a, jax.Array) else torch).einsum("ij,jk->ik", a, b)),
+}
+PAIRS = [
+    (P("data", "model"), P("data", "model")),   # contracting ('model',) vs ('data',)
+    (P(None, "model"), P("model", None)),       # contracting sharded on both sides
+    (P("data", None), P(None, "model")),        # well typed everywhere
+    (P("data", "model"), P("model", None)),     # add: conflicting specs
+    (P("data", None), P("data", None)),
+]
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("types", [None, "auto", ("explicit", "auto"), ("auto", "explicit")])
+def test_explicit_axes_refuse_where_jax_refuses(sim8, op, types):
+    for specs in PAIRS:
+        theirs = _jax_outcome(OPS[op], [DATA, B], specs, types)
+        ours = _torch_outcome(OPS[op], [DATA, B], specs, types)
+        assert (theirs is None) == (ours is None), (op, specs, theirs, ours)
+        if theirs is not None:
+            assert ours[0] == theirs[0], (op, specs)
+            np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-6, atol=1e-4)
+    if types == "auto":  # Auto axes: nothing refused (today's behaviour)
+        assert all(_torch_outcome(OPS[op], [DATA, B], s, types) is not None for s in PAIRS)
+
+
+def test_auto_axes_and_explicit_axes_as_jax(sim8):
+    seen = {"jax": [], "torch": []}
+
+    def inside(backend, key):
+        def f(a, b):
+            seen[key].append(str(backend.typeof(a)))
+            return a @ b
+        return f
+
+    with jax_ref.set_mesh(jax_mesh()):
+        jx = jax_ref.device_put(DATA, P("data", "model"))
+        jy = jax_ref.auto_axes(inside(jax_ref, "jax"), out_sharding=P("data", None))(jx, jx)
+        jm = jax_ref.auto_axes(lambda a, b: a @ b, axes="model",
+                               out_sharding=P("data", None))(jx, jx)
+    with ti.set_mesh(torch_mesh()), ti.jax_semantics():
+        x = ti.device_put(DATA, P("data", "model"))
+        y = ti.auto_axes(inside(ti, "torch"), out_sharding=P("data", None))(x, x)
+        m = ti.auto_axes(lambda a, b: a @ b, axes="model", out_sharding=P("data", None))(x, x)
+    assert seen["torch"] == seen["jax"] == ["float32[8,8]"]
+    for ours, theirs in ((y, jy), (m, jm)):
+        assert str(ti.typeof(ours)) == str(jax.typeof(theirs)) == "float32[8@data,8]"
+        np.testing.assert_allclose(ti.to_numpy(ours), np.asarray(theirs), rtol=1e-6)
+
+    def typed(backend, key, error):
+        def g(a):
+            seen[key].append(str(backend.typeof(a)))
+            with pytest.raises(error):
+                a @ a
+            return a
+        return g
+
+    with jax_ref.set_mesh(jax_mesh("auto")):
+        jz = jax_ref.explicit_axes(typed(jax_ref, "jax", JaxShardingTypeError),
+                                   in_sharding=P("data", "model"))(jax_ref.device_put(DATA, P()))
+    with ti.set_mesh(torch_mesh("auto")), ti.jax_semantics():
+        z = ti.explicit_axes(typed(ti, "torch", parity.ShardingTypeError),
+                             in_sharding=P("data", "model"))(ti.device_put(DATA, P()))
+    assert seen["torch"][1:] == seen["jax"][1:] == ["float32[8@data,8@model]"]
+    assert str(ti.typeof(z)) == str(jax.typeof(jz)) == "float32[8,8]"

@@ -16,6 +16,7 @@ from torch.distributed.tensor.placement_types import _StridedShard
 from parity import sharding_rules as R
 from parity.errors import LayoutError
 from parity.layout import Spec
+from parity.torch_impl import partial_sums
 from parity.torch_impl.placements import to_placements
 from parity.torch_impl.torch_compat import traced_through
 from parity.torch_impl.meshes import mesh_axis_names
@@ -74,7 +75,7 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
                type(t).__name__ == "_StridedShard" for p, t in zip(current, target)):
             x = x.redistribute(mesh, [Replicate() if isinstance(p, Partial) else p
                                       for p in current])
-    out = x.redistribute(mesh, target)
+    out = partial_sums.merged(x, target)  # pending sums over several axes: one collective
     if any(isinstance(p, Partial) and p.reduce_op != "sum" for p in current):
         # A pending mean (a mean over a sharded dim): DTensor's backward
         # cannot turn a pending-sum gradient into Partial("avg") ("from one

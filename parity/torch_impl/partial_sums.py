@@ -1,0 +1,61 @@
+"""A pending sum over several mesh axes completed with one collective.
+
+DTensor completes ``(Partial(sum), Partial(sum))`` with one all_reduce per
+mesh axis, and says so in every user's log ("While redistributing from
+(Partial(sum), Partial(sum)) to (Replicate(), Replicate()), 2 sequential
+all_reduce operations will be performed ..."), unless the root mesh's
+registry holds a flattened mesh of those axes: then it merges them into one
+all_reduce (or one reduce_scatter) over the flattened group. parity's
+gathers already work that way (``gather``): the flattened mesh is created
+once per mesh and set of axes, and registered only for the duration of one
+redistribute whose placements hold no strided shard (torch asserts on a
+strided redistribute when it finds a flattened mesh, see ``gather``).
+
+``merged(x, placements)`` is that redistribute (differentiable, DTensor's
+own); ``complete(x)`` the completion of every pending axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor.placement_types import Placement
+
+from parity.torch_impl.gather import _registered as registered_flat_mesh
+
+
+def pending_mesh_dims(x: DTensor) -> tuple[int, ...]:
+    """The mesh dims on which ``x`` holds a pending (``Partial``) value."""
+    return tuple(i for i, p in enumerate(x.placements) if isinstance(p, Partial))
+
+
+def _strided(placements: Sequence[Placement]) -> bool:
+    return any(type(p).__name__ == "_StridedShard" for p in placements)
+
+
+def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
+    """``x.redistribute(x.device_mesh, placements)`` (differentiable), with
+    the pending sums of ``x`` over several mesh axes reduced by one
+    collective over their flattened group. Where that cannot be (one
+    pending axis, a strided shard on either side, a mean or max pending,
+    dynamo tracing, which cannot create a flattened mesh) it is DTensor's
+    redistribute unchanged."""
+    placements = tuple(placements)
+    mesh = x.device_mesh
+    dims = pending_mesh_dims(x)
+    if (len(dims) < 2 or _strided(x.placements) or _strided(placements)
+            or any(x.placements[d].reduce_op != "sum" for d in dims)
+            or torch.compiler.is_dynamo_compiling()):
+        return x.redistribute(mesh, placements)
+    with registered_flat_mesh(mesh, dims):
+        return x.redistribute(mesh, placements)
+
+
+def complete(x: DTensor) -> DTensor:
+    """``x`` with every pending reduction completed (replicated on those
+    mesh axes), pending sums over several axes in one all_reduce."""
+    if not any(isinstance(p, Partial) for p in x.placements):
+        return x
+    return merged(x, [Replicate() if isinstance(p, Partial) else p for p in x.placements])

@@ -140,6 +140,14 @@ def _tensordot_local(args: tuple, kwargs: dict) -> Any:
         return None
     lets_a, lets_b, out = lettered
     mesh = a.device_mesh
+    if any(n != m for la, n in zip(lets_a, a.shape) for lb, m in zip(lets_b, b.shape)
+           if la == lb):
+        # torch broadcasts a contracted dim of size 1 against any size (JAX
+        # refuses it; einsum on blocks raises "NYI"): torch's value, gathered
+        from parity.torch_impl.semantics import fallback
+
+        return fallback.run_replicated(torch.tensordot, args, kwargs, mesh,
+                                       "contracted dims of different sizes")
     result = R.contract([(S.spec_of(a), tuple(a.shape)), (S.spec_of(b), tuple(b.shape))],
                         [lets_a, lets_b], out, S.axis_sizes(mesh))
     a, b = S.redistribute_to(a, result.inputs[0]), S.redistribute_to(b, result.inputs[1])

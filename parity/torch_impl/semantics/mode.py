@@ -57,6 +57,8 @@ from parity.torch_impl.semantics import (
     pending,
     rules,
 )
+from parity.torch_impl.semantics import random as random_ops
+from parity.errors import ParityError
 from parity.torch_impl.semantics import specs as S
 
 # Names handled by torch itself: metadata, autograd plumbing, conversions
@@ -100,11 +102,16 @@ def current_options() -> dict | None:
 class JaxSemantics:
     """The context returned by ``jax_semantics()``; see there."""
 
-    def __init__(self, defer: bool = False) -> None:
+    def __init__(self, defer: bool = False, random: str = "invariant") -> None:
+        if random not in ("invariant", "per_rank"):
+            raise ParityError(f"jax_semantics(random={random!r}): choose 'invariant' (every "
+                              "rank draws the unsharded program's values) or 'per_rank' "
+                              "(torch's own: each rank draws for its block).")
         self.defer = bool(defer)
+        self.random = random
 
     def __enter__(self) -> "JaxSemantics":
-        _state.options.append({"defer": self.defer})
+        _state.options.append({"defer": self.defer, "random": self.random})
         _state.set_options()
         if _state.mode is None:
             mode = _JaxSemanticsMode()
@@ -128,16 +135,16 @@ class JaxSemantics:
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with JaxSemantics(self.defer):
+            with JaxSemantics(self.defer, self.random):
                 return fn(*args, **kwargs)
 
         return wrapper
 
     def __repr__(self) -> str:
-        return f"jax_semantics(defer={self.defer})"
+        return f"jax_semantics(defer={self.defer}, random={self.random!r})"
 
 
-def jax_semantics(defer: bool = False) -> JaxSemantics:
+def jax_semantics(defer: bool = False, random: str = "invariant") -> JaxSemantics:
     """A scope in which DTensor programs have JAX's semantics.
 
     ```python
@@ -162,9 +169,17 @@ def jax_semantics(defer: bool = False) -> JaxSemantics:
     sum, reshapes, a matmul with a replicated operand) and completes it before
     any other op, ``describe``, ``to_numpy``, ``.item()`` and ``to_local()``.
 
+    ``random="invariant"`` (default): random ops with a DTensor operand
+    (dropout, ``rand_like``, ``bernoulli``, ``normal_``, attention's dropout,
+    ...) draw the values the unsharded program draws after the same
+    ``torch.manual_seed``, whatever the mesh and layout, as a JAX key does
+    (``parity.torch_impl.semantics.random``); ``random="per_rank"`` opts out:
+    each rank draws for its own block (torch's behaviour). Any other value
+    raises ``parity.ParityError``.
+
     Nestable (the innermost options win), re-entrant, and per thread.
     """
-    return JaxSemantics(defer)
+    return JaxSemantics(defer, random)
 
 
 @torch._dynamo.assume_constant_result
@@ -273,6 +288,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if name in _OBSERVERS:
         args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
         return func(*args, **kwargs)
+    if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] == "invariant":
+        return random_ops.run(func, args, kwargs, mesh)  # the unsharded program's values
     plan = rules.plan_for(func, args, kwargs, mesh)
     keep_partial = defer and plan is not None and plan.linear
     grad = torch.is_grad_enabled()

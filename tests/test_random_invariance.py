@@ -36,6 +36,10 @@ OPS = {
     "uniform_": lambda x: x.clone().uniform_(-1, 1),
     "bernoulli_": lambda x: x.clone().bernoulli_(0.25),
     "multinomial": lambda x: torch.multinomial(torch.sigmoid(x).reshape(64, 16), 3),
+    "init.normal_": lambda x: torch.nn.init.normal_(x.clone()),
+    "init.kaiming_uniform_": lambda x: torch.nn.init.kaiming_uniform_(x.clone()),
+    "init.trunc_normal_": lambda x: torch.nn.init.trunc_normal_(x.clone()),
+    "init.xavier_normal_": lambda x: torch.nn.init.xavier_normal_(x.clone()),
 }
 
 

@@ -23,9 +23,11 @@ plain torch calls it -- and each rank keeps its block:
 * ``rand_like``, ``randn_like``, ``randint_like``: drawn for the global
   shape, laid out as the operand;
 * in place (``normal_``, ``uniform_``, ``bernoulli_``, ``random_``,
-  ``exponential_``, ``geometric_``, ``log_normal_``, ``cauchy_``: the
-  initialisers of ``nn.init``): the op runs on a full tensor of the
-  operand's shape and dtype and each rank copies its block in;
+  ``exponential_``, ``geometric_``, ``log_normal_``, ``cauchy_``, and
+  ``nn.init``'s ``uniform_``, ``normal_``, ``kaiming_uniform_``, which reach
+  the mode as themselves; the other initialisers call those methods): the op
+  runs on a full tensor of the operand's shape and dtype and each rank
+  copies its block in;
 * the rest (``bernoulli``, ``multinomial``, ``normal`` with tensor
   arguments, ``poisson``, the alpha dropouts, ``rrelu`` in training,
   ``scaled_dot_product_attention`` with ``dropout_p > 0``): the operands
@@ -68,6 +70,11 @@ _LIKE = frozenset({torch.rand_like, torch.randn_like, torch.randint_like})
 _IN_PLACE = frozenset(getattr(torch.Tensor, name) for name in (
     "normal_", "uniform_", "bernoulli_", "random_", "exponential_", "geometric_",
     "log_normal_", "cauchy_"))
+# nn.init's functions that hand themselves to __torch_function__ (the mode
+# receives the init function, not the Tensor method it calls): run on a full
+# tensor of the operand's shape, the block copied in, as the in-place ops.
+_INIT = frozenset({torch.nn.init.uniform_, torch.nn.init.normal_,
+                   torch.nn.init.kaiming_uniform_})
 _GATHERED = frozenset({
     torch.bernoulli, torch.Tensor.bernoulli, torch.multinomial, torch.Tensor.multinomial,
     torch.normal, torch.poisson, F.alpha_dropout, F.feature_alpha_dropout,
@@ -76,7 +83,7 @@ _GATHERED = frozenset({
 })
 _ALPHA = frozenset({F.alpha_dropout, F.feature_alpha_dropout, torch.alpha_dropout,
                     torch.feature_alpha_dropout})
-RANDOM_OPS = _DROPOUT | _FEATURE_DROPOUT | _LIKE | _IN_PLACE | _GATHERED
+RANDOM_OPS = _DROPOUT | _FEATURE_DROPOUT | _LIKE | _IN_PLACE | _INIT | _GATHERED
 
 
 def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any) -> Any:
@@ -139,6 +146,12 @@ def run(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
         return _like(func, args, kwargs)
     if func in _IN_PLACE:
         return _in_place(func, args, kwargs)
+    if func in _INIT:
+        kwargs = dict(kwargs)
+        x = kwargs.pop("tensor") if "tensor" in kwargs else args[0]
+        rest = () if not args or args[0] is not x else tuple(args[1:])
+        with torch.no_grad():  # as nn.init itself
+            return _in_place(func, (x,) + rest, kwargs)
     return _gathered(func, args, kwargs, mesh)
 
 
@@ -189,9 +202,10 @@ def _in_place(func: Any, args: tuple, kwargs: dict) -> DTensor:
     rest = tuple(_whole(a) for a in args[1:])
     more = {k: _whole(v) for k, v in kwargs.items()}
     full = _full(x.shape, x.dtype, lambda t: func(t, *rest, **more))
-    with torch.no_grad():
-        x.copy_(_laid_out_as(full, x))
-    return x
+    # as torch: a leaf that requires grad raises here unless under no_grad
+    # (nn.init's case); otherwise the copy's gradient to x is zero, as the
+    # random op's is
+    return x.copy_(_laid_out_as(full, x))
 
 
 def _whole(value: Any) -> Any:

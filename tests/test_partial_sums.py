@@ -86,3 +86,21 @@ def test_contraction_over_a_dim_split_on_both_axes_logs_no_warning(warnings_seen
         y = x @ T.distribute_tensor(value, TensorLayout((("data", "model"), None), mesh))
         np.testing.assert_allclose(T.to_numpy(y), value @ value, rtol=1e-6)
     assert warnings_seen() == []
+
+
+def test_a_second_simulate_block_gets_its_own_flattened_group():
+    # the flattened group belongs to one process-group generation: a second
+    # simulate() block must not reuse the first one's (OpInfo's copysign
+    # gradient on (2, 2, 2) raised "Could not resolve the process group
+    # registered under the name ..." from its second run on)
+    a = np.arange(32, dtype=np.float32).reshape(8, 1, 4) - 10
+    b = np.arange(32, dtype=np.float32).reshape(8, 4) - 20
+    for _ in range(2):
+        with T.simulate(8), T.jax_semantics():
+            mesh = DeviceMesh((2, 2, 2), ("a", "b", "c"))
+            x = T.distribute_tensor(a, TensorLayout(("a", None, None), mesh)).requires_grad_()
+            y = T.distribute_tensor(b, TensorLayout(("a", None), mesh)).requires_grad_()
+            torch.copysign(x, y).sum().backward()
+            ref = torch.tensor(a, requires_grad=True)
+            torch.copysign(ref, torch.tensor(b)).sum().backward()
+            np.testing.assert_array_equal(T.to_numpy(x.grad), ref.grad.numpy())

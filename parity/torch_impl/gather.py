@@ -41,6 +41,7 @@ from parity.torch_impl.torch_compat import flatten_registry
 # (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
 # unique; name is the flattened mesh's name (None for a single mesh dim).
 _groups: dict[tuple, tuple[TorchMesh, Group, str | None]] = {}
+_groups_generation: list[object] = [None]  # the generation _groups holds
 
 
 def _group(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> Group:
@@ -51,6 +52,13 @@ def _group(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> Group:
 
 
 def _entry(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> tuple[TorchMesh, Group, str | None]:
+    # One process-group generation's groups: a torch mesh object may outlive
+    # its process groups (a caller's mesh reused across simulate() blocks),
+    # and a flattened group of the old generation no longer resolves ("Could
+    # not resolve the process group registered under the name ...").
+    if _groups_generation[0] != state.generation():
+        _groups.clear()
+        _groups_generation[0] = state.generation()
     key = (id(mesh), mesh_dims)
     found = _groups.get(key)
     if found is not None and found[0] is mesh:

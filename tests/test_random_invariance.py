@@ -27,6 +27,8 @@ OPS = {
     "dropout": lambda x: F.dropout(x, 0.3),
     "nn.Dropout": lambda x: torch.nn.Dropout(0.5)(x),
     "dropout2d": lambda x: F.dropout2d(x, 0.5),
+    "dropout2d_of_3d": lambda x: F.dropout2d(x[:, :, 0], 0.5),  # batched (N, C, L)
+    "dropout3d_unbatched": lambda x: F.dropout3d(x, 0.5),  # (C, D, H, W)
     "alpha_dropout": lambda x: F.alpha_dropout(x, 0.5, True),
     "rand_like": torch.rand_like,
     "randn_like": torch.randn_like,
@@ -62,18 +64,19 @@ def test_every_random_op_gives_the_unsharded_values(sim8, layout):
         np.testing.assert_array_equal(ti.to_numpy(out), expected, err_msg=name)
 
 
-@pytest.mark.parametrize("layout", [LAYOUTS[0], LAYOUTS[3]], ids=["2x4", "2x2x2"])
-def test_dropout_gradient_uses_the_same_mask(sim8, layout):
+@pytest.mark.parametrize("dropout", [F.dropout, F.dropout2d], ids=["dropout", "dropout2d"])
+@pytest.mark.parametrize("layout", [LAYOUTS[1], LAYOUTS[3]], ids=["2x4", "2x2x2"])
+def test_dropout_gradient_uses_the_same_mask(sim8, layout, dropout):
     shape, names, spec = layout
     value = _value()
     ref = torch.tensor(value, requires_grad=True)
     torch.manual_seed(3)
-    y = F.dropout(ref, 0.5)
+    y = dropout(ref, 0.5)
     (y * y).sum().backward()
     x = ti.distribute_tensor(value, L(spec, parity.DeviceMesh(shape, names))).requires_grad_()
     torch.manual_seed(3)
     with ti.jax_semantics():
-        out = F.dropout(x, 0.5)
+        out = dropout(x, 0.5)
         (out * out).sum().backward()
     np.testing.assert_array_equal(ti.to_numpy(x.grad), ref.grad.numpy())
     assert tuple(x.grad.placements) == tuple(x.placements)

@@ -166,7 +166,8 @@ def _dropout(func: Any, args: tuple, kwargs: dict) -> DTensor:
     if feature:
         # torch's make_feature_noise: (N, C, 1, ...); dropout1d/2d/3d on an
         # unbatched input add the batch dim first, as F.dropoutNd does
-        batched = {F.dropout1d: 3, F.dropout2d: 4, F.dropout3d: 5}.get(func)
+        # (dropout2d takes a 3-d input as batched (N, C, L), as torch does)
+        batched = {F.dropout1d: 3, F.dropout3d: 5}.get(func)
         if batched is not None and x.ndim == batched - 1:
             out = _dropout(torch.feature_dropout, (x.unsqueeze(0), p, True), {})
             return out.squeeze(0) if not inplace else x.copy_(out.squeeze(0))
@@ -177,11 +178,11 @@ def _dropout(func: Any, args: tuple, kwargs: dict) -> DTensor:
         noise = torch.zeros(shape, dtype=x.dtype)
     else:
         noise = _full(shape, x.dtype, lambda t: t.bernoulli_(1 - p).div_(1 - p))
-    if feature:  # x's spec on N and C, the size-1 dims replicated
-        target = tuple(S.spec_of(x)[:2]) + ((),) * (x.ndim - 2)
-        noise = _laid_out(noise, x.device_mesh, S.placements_for(target, x.device_mesh))
-    else:
-        noise = _laid_out_as(noise, x)
+    if feature:
+        # expanded to x's shape, so that the product (bitwise torch's
+        # broadcast product) and its gradient have x's placements
+        noise = noise.expand(tuple(x.shape)).contiguous()
+    noise = _laid_out_as(noise, x)
     return x.mul_(noise) if inplace else x * noise
 
 

@@ -58,6 +58,20 @@ def test_sum_over_every_axis_is_one_all_reduce(mesh_name, warnings_seen):
     assert warnings_seen() == []
 
 
+def test_mean_over_every_axis_is_one_all_reduce(warnings_seen):
+    # a pending mean (Partial("avg") on both axes): torch merges it as a sum
+    # over the flattened group, then divides
+    value = np.arange(64, dtype=np.float32).reshape(8, 8)
+    with T.simulate(8), T.jax_semantics():
+        mesh = DeviceMesh((2, 4), ("data", "model"))
+        x = T.distribute_tensor(value, TensorLayout(("data", "model"), mesh))
+        with CommDebugMode() as comm:
+            mean = x.mean()
+        assert float(mean.item()) == float(value.mean())
+    assert _all_reduces(comm) == 1, comm.get_comm_counts()
+    assert warnings_seen() == []
+
+
 @pytest.mark.parametrize("mesh_name", ["2x4", "2x2x2"])
 def test_gradient_of_broadcast_operand_is_one_all_reduce(mesh_name, warnings_seen):
     # the gradient of a replicated scalar multiplied into a tensor sharded on

@@ -1,4 +1,4 @@
-"""A pending sum over several mesh axes completed with one collective.
+"""A pending sum (or mean) over several mesh axes completed with one collective.
 
 DTensor completes ``(Partial(sum), Partial(sum))`` with one all_reduce per
 mesh axis, and says so in every user's log ("While redistributing from
@@ -38,15 +38,15 @@ def _strided(placements: Sequence[Placement]) -> bool:
 def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     """``x.redistribute(x.device_mesh, placements)`` (differentiable), with
     the pending sums of ``x`` over several mesh axes reduced by one
-    collective over their flattened group. Where that cannot be (one
-    pending axis, a strided shard on either side, a mean or max pending,
-    dynamo tracing, which cannot create a flattened mesh) it is DTensor's
-    redistribute unchanged."""
+    collective over their flattened group (sums and means: torch merges
+    those). Where that cannot be (one pending axis, a strided shard on
+    either side, a max or min pending, dynamo tracing, which cannot create
+    a flattened mesh) it is DTensor's redistribute unchanged."""
     placements = tuple(placements)
     mesh = x.device_mesh
     dims = pending_mesh_dims(x)
     if (len(dims) < 2 or _strided(x.placements) or _strided(placements)
-            or any(x.placements[d].reduce_op != "sum" for d in dims)
+            or any(x.placements[d].reduce_op not in ("sum", "avg") for d in dims)
             or torch.compiler.is_dynamo_compiling()):
         return x.redistribute(mesh, placements)
     with registered_flat_mesh(mesh, dims):

@@ -122,6 +122,13 @@ def _constants(values: dict[str, int]) -> Iterator[None]:
             setattr(module, name, value)
 
 
+# Ops whose samples hold sizes the shape policy cannot rescale alike
+# (segment_reduce's offsets/lengths index the data: rescaled data is shorter
+# than they say, and the op then reads past it, plain tensors included):
+# always torch's own sizes.
+_TORCH_SIZES = frozenset({"_segment_reduce"})
+
+
 def samples(op: Any, requires_grad: bool, rescale: bool = True) -> tuple[list[Any], str]:
     """``(samples, policy)``: the op's float32 CPU samples under the shape
     policy (``"rescaled"``), or torch's own sizes (``"torch"``) when the
@@ -134,7 +141,7 @@ def samples(op: Any, requires_grad: bool, rescale: bool = True) -> tuple[list[An
         return list(op.sample_inputs("cpu", torch.float32, requires_grad=requires_grad))
 
     with plain_mode():
-        if rescale:
+        if rescale and op.name not in _TORCH_SIZES:
             try:
                 with _constants(SHAPE_POLICY):
                     return generate(), "rescaled"

@@ -30,6 +30,7 @@ OPS = {
     "dropout2d_of_3d": lambda x: F.dropout2d(x[:, :, 0], 0.5),  # batched (N, C, L)
     "dropout3d_unbatched": lambda x: F.dropout3d(x, 0.5),  # (C, D, H, W)
     "alpha_dropout": lambda x: F.alpha_dropout(x, 0.5, True),
+    "rrelu_inplace": lambda x: F.rrelu(x.clone(), training=True, inplace=True),
     "rand_like": torch.rand_like,
     "randn_like": torch.randn_like,
     "randint_like": lambda x: torch.randint_like(x, 10),

@@ -216,9 +216,20 @@ def _whole(value: Any) -> Any:
     return value
 
 
+_INPLACE_INDEX = {F.alpha_dropout: 3, F.feature_alpha_dropout: 3, F.rrelu: 4}
+
+
 def _gathered(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
     from parity.torch_impl.semantics import fallback
 
+    index = _INPLACE_INDEX.get(func)
+    if index is not None and _arg(args, kwargs, index, "inplace", False):
+        # computed out of place on the gathered copy, then written into the
+        # operand's own blocks (the gathered copy is not its storage)
+        args = tuple(False if i == index else a for i, a in enumerate(args))
+        kwargs = {**kwargs, "inplace": False} if "inplace" in kwargs else kwargs
+        out = _gathered(func, args, kwargs, mesh)
+        return args[0].copy_(out)
     out = fallback.run_replicated(func, args, kwargs, mesh, "a random op")
     first = next(a for a in list(args) + list(kwargs.values()) if isinstance(a, DTensor))
     spec = S.spec_of(first)

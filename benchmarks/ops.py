@@ -7,6 +7,9 @@ replicated: goal at most 1.10x), and those where JAX's rule adds one
 (contracting dims sharded, reductions over a sharded dim: DTensor leaves a
 pending ``Partial`` and communicates later or never, JAX completes the
 reduction at once, so the ratio includes that collective: reported, no goal).
+The random ops (dropout, ``rand_like``) draw the whole global tensor on every
+rank under ``jax_semantics()`` (the unsharded program's values) where plain
+DTensor on CPU draws each rank's block: the ratio is that cost (no goal).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from benchmarks.common import Row, median, timed_pairs
 from benchmarks.gloo_job import rank_max
@@ -43,6 +47,10 @@ def cases(ti, mesh):
         # JAX completes a reduction DTensor leaves pending
         "matmul (data,model)@(model,None)": (lambda: contract_l @ contract_r, None),
         "sum over a sharded dim": (lambda: a.sum(dim=1), None),
+        # every rank draws the global tensor (the unsharded program's values,
+        # semantics/random.py); plain DTensor draws each block on CPU
+        "dropout p=0.5 (global draw, no communication)": (lambda: F.dropout(a, 0.5), None),
+        "rand_like (global draw, no communication)": (lambda: torch.rand_like(a), None),
     }
 
 
@@ -85,5 +93,6 @@ def on_rank(cfg: dict) -> list[Row]:
         p_med, r_med = rank_max([median(p), median(r)])
         rows.append(Row("jax_semantics", f"{name} ({label})", p_med, r_med, goal=goal,
                         note=f"vs plain DTensor; {iters} calls x {repeats} samples"
-                        + ("" if goal else "; JAX adds a collective")))
+                        + ("" if goal else "; every rank draws the global tensor"
+                           if "draw" in name else "; JAX adds a collective")))
     return rows

@@ -228,11 +228,56 @@ def test_cummax_gradient_over_a_sharded_dim(mesh):
     assert_grad_placed(x, ref_x.grad.numpy())
 
 
-def test_segment_reduce_is_refused_with_a_parity_error(mesh):
-    x = put(host((8,)), ("data",), mesh)
-    with ti.jax_semantics(), pytest.raises(parity.UnsupportedOpError, match="segment_reduce") as info:
-        torch.segment_reduce(x, "max", lengths=torch.tensor([4, 4]))
-    assert info.value.op.endswith("segment_reduce") and info.value.reason
+@pytest.mark.parametrize("reduce", ["sum", "max", "mean", "prod", "min"])
+@pytest.mark.parametrize("segments", [{"lengths": [2, 0, 3, 3]}, {"offsets": [0, 2, 2, 5, 8]},
+                                      {"lengths": [2, 0, 3, 3], "initial": 1.0}],
+                         ids=["lengths", "offsets", "initial"])
+def test_segment_reduce_over_a_sharded_dim_and_its_gradient(mesh, reduce, segments):
+    # JAX answers (jax.ops.segment_sum / segment_max); parity gathers and
+    # runs it (DTensor has no strategy); empty segments included
+    a = host((8, 4))
+    kwargs = {k: torch.tensor(v) if isinstance(v, list) else v for k, v in segments.items()}
+    x = put(a, (("data", "model"), None), mesh, grad=True)
+    with ti.jax_semantics():
+        y = torch.segment_reduce(x, reduce, **kwargs)
+        y.sum().backward()
+    ref_x = plain(a, grad=True)
+    ref = torch.segment_reduce(ref_x, reduce, **kwargs)
+    ref.sum().backward()
+    np.testing.assert_allclose(ti.to_numpy(y), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert_grad_placed(x, ref_x.grad.numpy())
+
+
+def test_tensordot_contracting_a_size_one_dim_against_a_longer_one(mesh):
+    # torch broadcasts a contracted dim of size 1 (JAX refuses it); einsum
+    # on the blocks raised a raw "NYI" (an OpInfo sample): torch's value
+    a, b = host((1, 1, 1)), host((2, 1, 2), 1)
+    x, y = put(a, (None, None, None), mesh), put(b, ("data", None, None), mesh)
+    with ti.jax_semantics():
+        out = torch.tensordot(x, y, dims=([0, 1], [2, 0]))
+    expected = torch.tensordot(plain(a), plain(b), dims=([0, 1], [2, 0]))
+    np.testing.assert_allclose(ti.to_numpy(out), expected.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("b_shape,b_spec", [((4, 4), (None, None)), ((4, 4), ("data", None)),
+                                            ((2, 4, 3), ("data", None, None))],
+                         ids=["matrix_replicated", "matrix_rows_sharded", "batched"])
+def test_ldl_solve_with_a_broadcast_right_hand_side(mesh, b_shape, b_spec):
+    # DTensor cut a broadcast B's rows as if they were LD's batch dim ("each
+    # A matrix is 5 by 5 but each b matrix is 3 by 5"); the result keeps
+    # LD's batch spec
+    a = host((2, 4, 4))
+    a = a @ np.swapaxes(a, -1, -2) + 4 * np.eye(4, dtype=np.float32)
+    ld, pivots = torch.linalg.ldl_factor(plain(a))
+    b = host(b_shape, 1)
+    with ti.jax_semantics():
+        out = torch.linalg.ldl_solve(put(ld.numpy(), ("data", None, "model"), mesh),
+                                     ti.distribute_tensor(pivots.numpy(), parity.TensorLayout(
+                                         ("data", None), mesh)),
+                                     put(b, b_spec, mesh))
+    expected = torch.linalg.ldl_solve(ld, pivots, plain(b))
+    np.testing.assert_allclose(ti.to_numpy(out), expected.numpy(), rtol=1e-4, atol=1e-5)
+    assert ti.describe(out).spec[0] == ("data",)
 
 
 def test_advanced_index_gradient_over_a_sharded_dim(mesh):

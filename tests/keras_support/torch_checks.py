@@ -379,6 +379,39 @@ def check_replicated_variable_is_a_dtensor():
     assert isinstance(v.value, DTensor) and spec(v) == ((), ())
 
 
+@check
+def check_dropout_training_matches_one_device():
+    """A model with (unseeded) Dropout trained 3 steps under ModelParallel
+    on the (2, 4) mesh ends with the weights of the same model trained on
+    plain tensors after the same seed (issue 25): the masks are the
+    unsharded program's."""
+    from parity.torch_impl.runtime.torch_compat import maybe_disable_local_tensor_mode
+
+    def build():
+        inputs = keras.Input((8,))
+        h = keras.layers.Dense(16, activation="relu", name="d1")(inputs)
+        h = keras.layers.Dropout(0.5, name="drop")(h)
+        model = keras.Model(inputs, keras.layers.Dense(4, name="d2")(h))
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    x, y = data()
+    with maybe_disable_local_tensor_mode():  # one plain process
+        keras.utils.set_random_seed(1)
+        ref = build()
+        for _ in range(3):
+            ref.train_on_batch(x, y)
+        expected = [v.numpy() for v in ref.weights]
+    with mp_distribution().scope():
+        keras.utils.set_random_seed(1)
+        model = build()
+        for _ in range(3):
+            model.train_on_batch(x, y)
+        got = [keras.ops.convert_to_numpy(v.value) for v in model.weights]
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
 def main(names):
     selected = [c for c in CHECKS if not names or c.__name__ in names]
     results = []

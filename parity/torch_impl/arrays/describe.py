@@ -12,7 +12,8 @@ from parity.layout import TensorLayout, mesh_coords
 from parity.placement import Placement
 from parity.torch_impl.layouts import meshes
 from parity.torch_impl.collectives.donation import require_dtensor
-from parity.torch_impl.layouts.specs import resolve_pending, spec_and_pending
+from parity.torch_impl.collectives.redistribute import resolve_pending
+from parity.torch_impl.layouts.specs import spec_and_pending
 
 
 def describe(x: Any) -> Placement:

@@ -29,7 +29,8 @@ from parity.torch_impl.layouts.tensors import (
     global_shape_from_local,
     require_layout,
 )
-from parity.torch_impl.layouts.specs import placements_for, resolve_pending
+from parity.torch_impl.collectives.redistribute import resolve_pending
+from parity.torch_impl.layouts.specs import placements_for
 
 
 def _mesh_position(layout: TensorLayout) -> dict[int, int]:

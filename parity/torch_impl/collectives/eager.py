@@ -40,7 +40,8 @@ from parity.torch_impl.collectives.blocks import COALESCING, Group, all_gather_b
 from parity.torch_impl.collectives.blocks import direct_call
 from parity.torch_impl.collectives.blocks import reduce_scatter_block
 from parity.torch_impl.layouts.meshes import mesh_axis_names
-from parity.torch_impl.layouts.specs import resolve_pending, spec_and_pending
+from parity.torch_impl.collectives.redistribute import resolve_pending
+from parity.torch_impl.layouts.specs import spec_and_pending
 from parity.torch_impl.layouts.tensors import global_shape_from_local, result_spec
 
 _grad_enabled = torch.is_grad_enabled

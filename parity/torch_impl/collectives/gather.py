@@ -22,55 +22,21 @@ neither side of that redistribute holds a strided shard.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
-from parity.torch_impl.runtime import state
 from parity.torch_impl.collectives.donation import require_dtensor
-from parity.torch_impl.collectives.blocks import Group, all_gather_block
+from parity.torch_impl.collectives import flat_groups
+from parity.torch_impl.collectives.blocks import all_gather_block
 from parity.torch_impl.layouts.meshes import mesh_axis_names
-from parity.torch_impl.layouts.specs import resolve_pending, spec_of
+from parity.torch_impl.collectives.redistribute import resolve_pending
+from parity.torch_impl.layouts.specs import spec_of
 from parity.torch_impl.layouts.tensors import result_spec
-from parity.torch_impl.runtime.torch_compat import flatten_registry
-
-# (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
-# unique; name is the flattened mesh's name (None for a single mesh dim).
-_groups: dict[tuple, tuple[TorchMesh, Group, str | None]] = {}
-
-
-def _group(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> Group:
-    """The group of ``mesh_dims`` of ``mesh``, flattened into one when there
-    are several (created on first use: every rank gathers in the same order,
-    so every rank creates it at the same point)."""
-    return _entry(mesh, mesh_dims)[1]
-
-
-def _entry(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> tuple[TorchMesh, Group, str | None]:
-    key = (id(mesh), mesh_dims)
-    found = _groups.get(key)
-    if found is not None and found[0] is mesh:
-        return found
-    direct = state.mode() == "multiprocess"
-    if len(mesh_dims) == 1:
-        entry = (mesh, Group(mesh, mesh_dims[0], direct), None)
-    else:
-        picked = tuple(mesh_axis_names(mesh)[m] for m in mesh_dims)
-        name = "parity_flat:" + ",".join(picked)
-        flat = mesh[picked]._flatten(name)
-        registry = flatten_registry(mesh)
-        if registry is not None and registry.get(name) is flat:
-            del registry[name]  # see the module docstring
-        entry = (mesh, Group(flat, 0, direct), name)
-    _groups[key] = entry
-    return entry
-
 
 def sharding_mesh_dims(x: DTensor) -> tuple[int, ...]:
     """The mesh dims that split some dim of ``x``, in mesh order."""
@@ -81,23 +47,6 @@ def sharding_mesh_dims(x: DTensor) -> tuple[int, ...]:
 
 def _strided(placements: Sequence[Placement]) -> bool:
     return any(type(p).__name__ == "_StridedShard" for p in placements)
-
-
-@contextlib.contextmanager
-def _registered(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> Iterator[None]:
-    """The flattened mesh of ``mesh_dims`` in the root mesh's registry while
-    the block runs (nothing when this torch has no registry)."""
-    _, group, name = _entry(mesh, mesh_dims)
-    registry = flatten_registry(mesh)
-    if registry is None or name is None or name in registry:
-        yield
-        return
-    registry[name] = group.mesh
-    try:
-        yield
-    finally:
-        if registry.get(name) is group.mesh:
-            del registry[name]
 
 
 def merged_redistribute(x: DTensor, placements: Sequence[Placement]) -> DTensor:
@@ -115,7 +64,7 @@ def merged_redistribute(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     if (len(dims) < 2 or _strided(x.placements) or _strided(placements)
             or torch.compiler.is_dynamo_compiling()):
         return x.redistribute(x.device_mesh, placements)
-    with _registered(x.device_mesh, dims):
+    with flat_groups.registered(x.device_mesh, dims):
         return x.redistribute(x.device_mesh, placements)
 
 
@@ -139,7 +88,7 @@ def gather_whole(x: DTensor) -> torch.Tensor:
     local = x._local_tensor.contiguous()
     if not mesh_dims:
         return local
-    gathered = all_gather_block(local.view(-1), 0, _group(mesh, mesh_dims))
+    gathered = all_gather_block(local.view(-1), 0, flat_groups.group(mesh, mesh_dims))
     gathered = gathered.view(*(mesh.shape[m] for m in mesh_dims), *local.shape)
     order = []
     for dim, entry in enumerate(spec):

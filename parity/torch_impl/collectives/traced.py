@@ -44,7 +44,7 @@ from parity.errors import ParityError
 from parity.torch_impl.collectives import eager
 from parity.torch_impl.collectives import gather
 from parity.torch_impl.collectives.donation import require_dtensor
-from parity.torch_impl.layouts.specs import resolve_pending
+from parity.torch_impl.collectives.redistribute import resolve_pending
 from parity.torch_impl.runtime.torch_compat import funcol, funcol_all_gather_single
 from parity.torch_impl.runtime.torch_compat import substitute_in_graph
 from parity.torch_impl.runtime.torch_compat import funcol_reduce_scatter_single

@@ -28,9 +28,10 @@ from parity.layout import Spec, TensorLayout
 from parity.mesh import DeviceMesh
 from parity.torch_impl.layouts import meshes
 from parity.torch_impl.arrays.distribute import distribute_tensor
+from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.explicit import manual
 from parity.torch_impl.semantics import axis_overrides
-from parity.torch_impl.layouts.specs import resolve_pending
+from parity.torch_impl.collectives.redistribute import resolve_pending
 from parity.torch_impl.layouts.specs import spec_and_pending
 
 
@@ -102,9 +103,7 @@ def reshard(x: Any, spec_or_layout: Any) -> DTensor:
         return device_put(x, spec_or_layout)
     layout = _layout_for(x, spec_or_layout, "reshard")
     layout.check_shape(tuple(x.shape))
-    from parity.torch_impl.layouts import specs as S
-
-    return S.redistribute_to(resolve_pending(x), layout.spec, guard=True)
+    return redistribute.redistribute_to(resolve_pending(x), layout.spec, guard=True)
 
 
 def _p(spec: Spec) -> str:

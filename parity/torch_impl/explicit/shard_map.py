@@ -42,8 +42,9 @@ from parity.torch_impl.layouts import meshes
 from parity.torch_impl.arrays.distribute import distribute_tensor
 from parity.torch_impl.explicit import manual
 from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
+from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
-from parity.torch_impl.layouts.specs import resolve_pending
+from parity.torch_impl.collectives.redistribute import resolve_pending
 
 
 def _is_spec(s: Any) -> bool:
@@ -123,7 +124,7 @@ def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out
                 if value.device_mesh != torch_mesh:
                     raise LayoutError(f"shard_map argument {i} lives on another mesh.", what="args", value=i)
                 guard = value.requires_grad and value.is_leaf
-                value = S.redistribute_to(resolve_pending(value), spec, guard=guard)
+                value = redistribute.redistribute_to(resolve_pending(value), spec, guard=guard)
             else:
                 value = distribute_tensor(value, layout)
             block = value.to_local()

@@ -64,49 +64,12 @@ def spec_of(x: DTensor) -> Spec:
     return spec_and_pending(x)[0]
 
 
-def resolve_pending(x: DTensor) -> DTensor:
-    """``x`` with every ``Partial`` reduced (replicated on that mesh axis)."""
-    if not any(isinstance(p, Partial) for p in x.placements):
-        return x
-    placements = [Replicate() if isinstance(p, Partial) else p for p in x.placements]
-    return x.redistribute(x.device_mesh, placements)
-
-
 def has_partial(x: DTensor) -> bool:
     return any(isinstance(p, Partial) for p in x.placements)
 
 
 def axis_sizes(mesh) -> dict[str, int]:
     return dict(zip(mesh_axis_names(mesh), mesh.shape))
-
-
-def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
-    """``x`` laid out as ``spec`` through DTensor's differentiable
-    ``redistribute`` (so autograd records it and backward runs the mirror
-    collective). Pending reductions are completed on the way.
-
-    ``guard`` redistributes even when nothing moves: the autograd node then
-    brings the gradient back to ``x``'s own placement.
-    """
-    mesh = x.device_mesh
-    target = placements_for(spec, mesh)
-    current = tuple(x.placements)
-    if current == target:
-        return x.redistribute(mesh, target) if guard else x
-    if any(isinstance(p, Partial) for p in current):
-        # Partial -> strided shard is not implemented by DTensor: reduce first.
-        if any(isinstance(p, Partial) and not isinstance(t, (Replicate,)) and
-               type(t).__name__ == "_StridedShard" for p, t in zip(current, target)):
-            x = x.redistribute(mesh, [Replicate() if isinstance(p, Partial) else p
-                                      for p in current])
-    out = x.redistribute(mesh, target)
-    if any(isinstance(p, Partial) and p.reduce_op != "sum" for p in current):
-        # A pending mean (a mean over a sharded dim): DTensor's backward
-        # cannot turn a pending-sum gradient into Partial("avg") ("from one
-        # partial type (P(sum)) to another (P(avg)) is unsupported"); this
-        # same-placement node lays the gradient out as ``target`` first.
-        out = out.redistribute(mesh, target)
-    return out
 
 
 def has_strided(x: DTensor) -> bool:

@@ -38,6 +38,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from parity.layout import TensorLayout
 from parity.torch_impl.layouts import meshes
 from parity.torch_impl.semantics import pending
+from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.layouts.tensors import from_local_blocks
 
@@ -121,7 +122,7 @@ def _block(x: DTensor, spec: tuple, out_spec: tuple) -> torch.Tensor:
     different output blocks from the same copy of ``x``): the block says so
     (``Partial``), and DTensor sums it on the way back to ``x``.
     """
-    x = S.redistribute_to(x, spec)
+    x = redistribute.redistribute_to(x, spec)
     mine = {a for axes in spec for a in axes}
     split = {a for axes in out_spec for a in axes} - mine
     names = meshes.mesh_axis_names(x.device_mesh)

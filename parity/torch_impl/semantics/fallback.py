@@ -34,8 +34,10 @@ When (``mode._run``):
 4. a plain tensor made inside the op met a DTensor (``mixed``) ->
    ``run_implicit``.
 
-Ops on ``REFUSED`` (``segment_reduce``; ``to_sparse*``: a DTensor is dense)
-raise ``UnsupportedOpError``.
+Ops on ``REFUSED`` (``to_sparse*``: a DTensor is dense) raise
+``UnsupportedOpError``. ``segment_reduce`` (JAX: ``jax.ops.segment_sum`` /
+``segment_max``) has no DTensor strategy: it runs on the gathered operands
+(``run_replicated``), its result replicated.
 In-place ops and ``out=`` on a sharded operand are refused in the fallback
 (``UnsupportedOpError``): the full copy it computes on is not the operand's
 storage. Their out-of-place forms work.
@@ -82,7 +84,7 @@ from parity.errors import UnsupportedOpError
 from parity.torch_impl.runtime.torch_compat import tree_map
 from parity.torch_impl.arrays.distribute import first_rank_value
 from parity.torch_impl.semantics import pending
-from parity.torch_impl.layouts import specs as S
+from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.semantics.rules.registry import torch_ops
 
 # Ops whose DTensor strategy gives wrong values for some placements: always
@@ -129,16 +131,17 @@ BACKWARD_MISSING = frozenset(
     + [torch.linalg.householder_product, torch.linalg.vander]
 )
 
-# Ops parity refuses: even computed on the gathered operands the result
-# differs from the unsharded op (segment_reduce reads uninitialised memory
-# for some offsets on the simulated ranks). UnsupportedOpError, never a value.
+# Ops parity refuses: UnsupportedOpError, never a value. (segment_reduce was
+# here: OpInfo's samples rescaled to shardable lengths keep their offsets /
+# lengths, which then point past the data, so the op read uninitialised
+# memory -- on plain tensors too; on valid segments it is exact.)
 _SPARSE = frozenset({torch.Tensor.to_sparse, torch.Tensor.to_sparse_csr,
                      torch.Tensor.to_sparse_csc, torch.Tensor.to_sparse_coo,
                      torch.Tensor.to_sparse_bsr, torch.Tensor.to_sparse_bsc})
 # Sparse layouts: a DTensor holds dense blocks only, and JAX's sharded arrays
 # are dense (DTensor fails inside with "Could not run 'aten::view' with
 # arguments from the 'SparseCPU' backend").
-REFUSED = frozenset({torch.segment_reduce, torch._segment_reduce}) | _SPARSE
+REFUSED = _SPARSE
 
 # Ops whose gradient parity refuses (UnsupportedOpError): as_strided's
 # backward is defined on the operand's storage geometry, which the gathered
@@ -154,20 +157,14 @@ def refused(func: Any) -> bool:
 
 
 def refuse(func: Any, args: tuple, kwargs: dict) -> None:
-    """Raise the ``UnsupportedOpError`` for a ``REFUSED`` op."""
+    """Raise the ``UnsupportedOpError`` for a ``REFUSED`` op (a sparse
+    layout: a distributed tensor is dense, as JAX's sharded arrays are)."""
     placements = _placements(args, kwargs)
-    if func in _SPARSE:
-        raise UnsupportedOpError(
-            f"{op_name(func)} on DTensors (placements {placements}) is not supported: a "
-            "distributed tensor is dense (as JAX's sharded arrays are). Gather it first "
-            "(to_numpy / full_tensor) and make the plain tensor sparse.",
-            op=op_name(func), placements=placements, reason="sparse layout",
-        )
     raise UnsupportedOpError(
-        f"{op_name(func)} on DTensors (placements {placements}) is not supported: its result "
-        "on sharded operands differs from the unsharded op, even on gathered values. Compute "
-        "it on plain tensors (to_numpy / full_tensor) and distribute the result.",
-        op=op_name(func), placements=placements, reason="wrong values on gathered operands",
+        f"{op_name(func)} on DTensors (placements {placements}) is not supported: a "
+        "distributed tensor is dense (as JAX's sharded arrays are). Gather it first "
+        "(to_numpy / full_tensor) and make the plain tensor sparse.",
+        op=op_name(func), placements=placements, reason="sparse layout",
     )
 
 
@@ -251,7 +248,7 @@ def run_replicated(func: Any, args: tuple, kwargs: dict, mesh, why: str) -> Any:
     def local(value):
         if isinstance(value, DTensor):
             value = pending.complete(value)
-            full = S.redistribute_to(value, ((),) * value.ndim)
+            full = redistribute.redistribute_to(value, ((),) * value.ndim)
             return full.to_local()
         return value
 

@@ -19,6 +19,8 @@ import torch
 from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor import zeros as dtensor_zeros
 
+from parity.torch_impl.collectives import redistribute
+
 
 class _Guard(torch.autograd.Function):
     @staticmethod
@@ -34,7 +36,10 @@ class _Guard(torch.autograd.Function):
                                              else grad):
             grad = None  # a ZeroTensor: no numpy, no in-place ops; real zeros below
         if isinstance(grad, DTensor):
-            return grad
+            # a gradient pending over several mesh axes (the sum_to_size of a
+            # broadcast operand): one collective, not DTensor's one per axis
+            return redistribute.merged(grad, placements) if len(
+                redistribute.pending_mesh_dims(grad)) > 1 else grad
         if grad is None:
             return dtensor_zeros(shape, dtype=dtype, device_mesh=mesh, placements=placements)
         # a plain gradient here is the full value on every rank

@@ -54,6 +54,7 @@ from parity import sharding_rules as R
 from parity.layout import TensorLayout
 from parity.torch_impl.layouts import meshes
 from parity.torch_impl.semantics import pending
+from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.layouts.tensors import contiguous_stride, from_local_blocks
 
@@ -96,7 +97,7 @@ def run_local_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
     spec = list(S.spec_of(x))
     if spec[dim]:
         spec[dim] = ()
-        x = S.redistribute_to(x, tuple(spec))
+        x = redistribute.redistribute_to(x, tuple(spec))
     local = func(x.to_local(), dim, keepdim, **extra)
     shape = list(x.shape)
     if keepdim:
@@ -140,9 +141,17 @@ def _tensordot_local(args: tuple, kwargs: dict) -> Any:
         return None
     lets_a, lets_b, out = lettered
     mesh = a.device_mesh
+    if any(n != m for la, n in zip(lets_a, a.shape) for lb, m in zip(lets_b, b.shape)
+           if la == lb):
+        # torch broadcasts a contracted dim of size 1 against any size (JAX
+        # refuses it; einsum on blocks raises "NYI"): torch's value, gathered
+        from parity.torch_impl.semantics import fallback
+
+        return fallback.run_replicated(torch.tensordot, args, kwargs, mesh,
+                                       "contracted dims of different sizes")
     result = R.contract([(S.spec_of(a), tuple(a.shape)), (S.spec_of(b), tuple(b.shape))],
                         [lets_a, lets_b], out, S.axis_sizes(mesh))
-    a, b = S.redistribute_to(a, result.inputs[0]), S.redistribute_to(b, result.inputs[1])
+    a, b = redistribute.redistribute_to(a, result.inputs[0]), redistribute.redistribute_to(b, result.inputs[1])
     out_axes = {n for names in result.output for n in names}
     summed = {n for letter, names in zip(lets_a, result.inputs[0]) if letter not in out
               for n in names}

@@ -56,9 +56,12 @@ from parity.torch_impl.semantics import (
     pending,
     rules,
 )
+from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
 from parity.torch_impl.semantics import explicit_check
+from parity.torch_impl.semantics import random as random_ops
+from parity.errors import ParityError
 
 # Names handled by torch itself: metadata, autograd plumbing, conversions
 # that never compute on values.
@@ -101,11 +104,16 @@ def current_options() -> dict | None:
 class JaxSemantics:
     """The context returned by ``jax_semantics()``; see there."""
 
-    def __init__(self, defer: bool = False) -> None:
+    def __init__(self, defer: bool = False, random: str = "invariant") -> None:
+        if random not in ("invariant", "per_rank"):
+            raise ParityError(f"jax_semantics(random={random!r}): choose 'invariant' (every "
+                              "rank draws the unsharded program's values) or 'per_rank' "
+                              "(torch's own: each rank draws for its block).")
         self.defer = bool(defer)
+        self.random = random
 
     def __enter__(self) -> "JaxSemantics":
-        _state.options.append({"defer": self.defer})
+        _state.options.append({"defer": self.defer, "random": self.random})
         _state.set_options()
         if _state.mode is None:
             mode = _JaxSemanticsMode()
@@ -129,16 +137,16 @@ class JaxSemantics:
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with JaxSemantics(self.defer):
+            with JaxSemantics(self.defer, self.random):
                 return fn(*args, **kwargs)
 
         return wrapper
 
     def __repr__(self) -> str:
-        return f"jax_semantics(defer={self.defer})"
+        return f"jax_semantics(defer={self.defer}, random={self.random!r})"
 
 
-def jax_semantics(defer: bool = False) -> JaxSemantics:
+def jax_semantics(defer: bool = False, random: str = "invariant") -> JaxSemantics:
     """A scope in which DTensor programs have JAX's semantics.
 
     ```python
@@ -163,9 +171,17 @@ def jax_semantics(defer: bool = False) -> JaxSemantics:
     sum, reshapes, a matmul with a replicated operand) and completes it before
     any other op, ``describe``, ``to_numpy``, ``.item()`` and ``to_local()``.
 
+    ``random="invariant"`` (default): random ops with a DTensor operand
+    (dropout, ``rand_like``, ``bernoulli``, ``normal_``, attention's dropout,
+    ...) draw the values the unsharded program draws after the same
+    ``torch.manual_seed``, whatever the mesh and layout, as a JAX key does
+    (``parity.torch_impl.semantics.random``); ``random="per_rank"`` opts out:
+    each rank draws for its own block (torch's behaviour). Any other value
+    raises ``parity.ParityError``.
+
     Nestable (the innermost options win), re-entrant, and per thread.
     """
-    return JaxSemantics(defer)
+    return JaxSemantics(defer, random)
 
 
 @torch.compiler.assume_constant_result
@@ -274,6 +290,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if name in _OBSERVERS:
         args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
         return func(*args, **kwargs)
+    if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] == "invariant":
+        return random_ops.run(func, args, kwargs, mesh)  # the unsharded program's values
     plan = rules.plan_for(func, args, kwargs, mesh)
     if plan is not None and plan.chosen:  # JAX's explicit mode refuses it: on Explicit axes, raise
         explicit_check.refuse_if_explicit(func, name, plan, args, kwargs, mesh)
@@ -291,9 +309,9 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
             partial = False
         guard = grad and t.requires_grad and t.is_leaf  # not grad_fn: dynamo
         if spec is None or partial:
-            out = S.redistribute_to(t, S.spec_of(t), guard=True) if guard else t
+            out = redistribute.redistribute_to(t, S.spec_of(t), guard=True) if guard else t
         else:
-            out = S.redistribute_to(t, spec, guard=guard)
+            out = redistribute.redistribute_to(t, spec, guard=guard)
         if out is not t or partial:
             moved.append(loc)
             if grad and out.requires_grad and not torch.compiler.is_compiling():
@@ -338,7 +356,7 @@ def _recover(err: Exception, func, args: tuple, kwargs: dict, mesh) -> Any:
         # No strategy for these placements (a strided shard, a view of a
         # sharded dim): gather the operands above autograd and run again.
         args, kwargs = _map_dtensors(args, kwargs,
-                                     lambda loc, t: S.redistribute_to(t, ((),) * t.ndim))
+                                     lambda loc, t: redistribute.redistribute_to(t, ((),) * t.ndim))
         try:
             return func(*args, **kwargs)
         except (NotImplementedError, RuntimeError) as again:
@@ -399,6 +417,6 @@ def _finish(out: Any, plan, keep_partial: bool) -> Any:
                 changed = True
             continue
         if S.placements_for(spec, t.device_mesh) != tuple(t.placements):
-            leaves[i] = S.redistribute_to(t, spec)
+            leaves[i] = redistribute.redistribute_to(t, spec)
             changed = True
     return tree_unflatten(leaves, tree) if changed else out

@@ -17,6 +17,7 @@ import weakref
 
 from torch.distributed.tensor import DTensor
 
+from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
 
 # Deferred tensors carry this attribute; describe/to_local look for it.
@@ -25,7 +26,7 @@ _deferred: "weakref.WeakSet[DTensor]" = weakref.WeakSet()
 
 
 # ``x`` with every pending reduction completed (replicated on that axis).
-complete = S.resolve_pending
+complete = redistribute.resolve_pending
 
 
 def mark_deferred(x: DTensor) -> DTensor:

@@ -39,6 +39,7 @@ marks it ``chosen``.
 | tril/triu, narrow, glu,    | operand's spec (rot90: two dims   |                                 |
 | repeat_interleave, diag    | swapped; diag: (spec, None))      |                                 |
 | linalg: eigh, eigvalsh     | batch dims kept                   | the matrix dims gathered        |
+| fft: fft, rfft, fftn, ...     | fft: the operand's spec           | the transformed dims gathered   |
 | spatial: conv*, *pool*     | conv_general_dilated: batch dim   | batch (pooling: and channel)    |
 |                            | kept; reduce_window (max/avg/lp   | kept, the rest gathered         |
 |                            | pooling): the operand's spec      |                                 |
@@ -53,6 +54,7 @@ from parity.torch_impl.semantics.rules import (  # noqa: F401 - registers the fa
     contractions,
     elementwise,
     embedding,
+    fft,
     indexing,
     layers,
     linalg,

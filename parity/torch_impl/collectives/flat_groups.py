@@ -1,0 +1,78 @@
+"""The flattened process group of several mesh axes, created once per mesh,
+set of axes and runtime generation, and registered in the root mesh's
+flattened-mesh registry only while one redistribute runs (``registered``).
+
+DTensor merges a redistribute's per-axis collectives into one when it finds a
+flattened mesh of those axes in the root mesh's registry; torch asserts when
+it finds one for a redistribute that involves a strided shard, so the
+flattened mesh is kept out of the registry except for the duration of one
+redistribute that holds none (``gather``, ``redistribute``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from torch.distributed.device_mesh import DeviceMesh as TorchMesh
+
+from parity.torch_impl.collectives.blocks import Group
+from parity.torch_impl.layouts.meshes import mesh_axis_names
+from parity.torch_impl.runtime import state
+from parity.torch_impl.runtime.torch_compat import flatten_registry
+
+# (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
+# unique; name is the flattened mesh's name (None for a single mesh dim).
+_entries: dict[tuple, tuple[TorchMesh, Group, str | None]] = {}
+_entries_generation: list[object] = [None]  # the generation _entries holds
+
+
+def group(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> Group:
+    """The group of ``mesh_dims`` of ``mesh``, flattened into one when there
+    are several (created on first use: every rank gathers in the same order,
+    so every rank creates it at the same point)."""
+    return entry(mesh, mesh_dims)[1]
+
+
+def entry(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> tuple[TorchMesh, Group, str | None]:
+    # One process-group generation's groups: a torch mesh object may outlive
+    # its process groups (a caller's mesh reused across simulate() blocks),
+    # and a flattened group of the old generation no longer resolves ("Could
+    # not resolve the process group registered under the name ...").
+    if _entries_generation[0] != state.generation():
+        _entries.clear()
+        _entries_generation[0] = state.generation()
+    key = (id(mesh), mesh_dims)
+    found = _entries.get(key)
+    if found is not None and found[0] is mesh:
+        return found
+    direct = state.mode() == "multiprocess"
+    if len(mesh_dims) == 1:
+        entry = (mesh, Group(mesh, mesh_dims[0], direct), None)
+    else:
+        picked = tuple(mesh_axis_names(mesh)[m] for m in mesh_dims)
+        name = "parity_flat:" + ",".join(picked)
+        flat = mesh[picked]._flatten(name)
+        registry = flatten_registry(mesh)
+        if registry is not None and registry.get(name) is flat:
+            del registry[name]  # see the module docstring
+        entry = (mesh, Group(flat, 0, direct), name)
+    _entries[key] = entry
+    return entry
+
+
+@contextlib.contextmanager
+def registered(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> Iterator[None]:
+    """The flattened mesh of ``mesh_dims`` in the root mesh's registry while
+    the block runs (nothing when this torch has no registry)."""
+    _, group, name = entry(mesh, mesh_dims)
+    registry = flatten_registry(mesh)
+    if registry is None or name is None or name in registry:
+        yield
+        return
+    registry[name] = group.mesh
+    try:
+        yield
+    finally:
+        if registry.get(name) is group.mesh:
+            del registry[name]

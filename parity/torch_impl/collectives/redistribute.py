@@ -1,0 +1,101 @@
+"""A DTensor moved to another layout through DTensor's differentiable
+``redistribute``, pending sums completed on the way -- over several mesh
+axes with one collective.
+
+DTensor completes ``(Partial(sum), Partial(sum))`` with one all_reduce per
+mesh axis, and says so in every user's log ("While redistributing from
+(Partial(sum), Partial(sum)) to (Replicate(), Replicate()), 2 sequential
+all_reduce operations will be performed ..."), unless the root mesh's
+registry holds a flattened mesh of those axes: then it merges them into one
+all_reduce (or one reduce_scatter) over the flattened group. parity's
+gathers already work that way: the flattened mesh is created once per mesh
+and set of axes (``flat_groups``), and registered only for the duration of
+one redistribute whose placements hold no strided shard (torch asserts on a
+strided redistribute when it finds a flattened mesh).
+
+``redistribute_to(x, spec)`` lays ``x`` out as ``spec``; ``merged(x,
+placements)`` is the redistribute itself (differentiable, DTensor's own);
+``complete(x)`` / ``resolve_pending(x)`` the completion of every pending axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor.placement_types import Placement
+
+from parity.layout import Spec
+from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
+from parity.torch_impl.layouts.specs import placements_for
+
+
+def pending_mesh_dims(x: DTensor) -> tuple[int, ...]:
+    """The mesh dims on which ``x`` holds a pending (``Partial``) value."""
+    return tuple(i for i, p in enumerate(x.placements) if isinstance(p, Partial))
+
+
+def _strided(placements: Sequence[Placement]) -> bool:
+    return any(type(p).__name__ == "_StridedShard" for p in placements)
+
+
+def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
+    """``x.redistribute(x.device_mesh, placements)`` (differentiable), with
+    the pending sums of ``x`` over several mesh axes reduced by one
+    collective over their flattened group (sums and means: torch merges
+    those). Where that cannot be (one pending axis, a strided shard on
+    either side, a max or min pending, dynamo tracing, which cannot create
+    a flattened mesh) it is DTensor's redistribute unchanged."""
+    placements = tuple(placements)
+    mesh = x.device_mesh
+    dims = pending_mesh_dims(x)
+    if (len(dims) < 2 or _strided(x.placements) or _strided(placements)
+            or any(x.placements[d].reduce_op not in ("sum", "avg") for d in dims)
+            or torch.compiler.is_dynamo_compiling()):
+        return x.redistribute(mesh, placements)
+    with registered_flat_mesh(mesh, dims):
+        return x.redistribute(mesh, placements)
+
+
+def complete(x: DTensor) -> DTensor:
+    """``x`` with every pending reduction completed (replicated on those
+    mesh axes), pending sums over several axes in one all_reduce."""
+    if not any(isinstance(p, Partial) for p in x.placements):
+        return x
+    return merged(x, [Replicate() if isinstance(p, Partial) else p for p in x.placements])
+
+
+def resolve_pending(x: DTensor) -> DTensor:
+    """``x`` with every ``Partial`` reduced (replicated on that mesh axis),
+    pending sums over several axes in one all_reduce (``complete``)."""
+    return complete(x)
+
+
+def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
+    """``x`` laid out as ``spec`` through DTensor's differentiable
+    ``redistribute`` (so autograd records it and backward runs the mirror
+    collective). Pending reductions are completed on the way.
+
+    ``guard`` redistributes even when nothing moves: the autograd node then
+    brings the gradient back to ``x``'s own placement.
+    """
+    mesh = x.device_mesh
+    target = placements_for(spec, mesh)
+    current = tuple(x.placements)
+    if current == target:
+        return x.redistribute(mesh, target) if guard else x
+    if any(isinstance(p, Partial) for p in current):
+        # Partial -> strided shard is not implemented by DTensor: reduce first.
+        if any(isinstance(p, Partial) and not isinstance(t, (Replicate,)) and
+               type(t).__name__ == "_StridedShard" for p, t in zip(current, target)):
+            x = x.redistribute(mesh, [Replicate() if isinstance(p, Partial) else p
+                                      for p in current])
+    out = merged(x, target)  # pending sums over several axes: one collective
+    if any(isinstance(p, Partial) and p.reduce_op != "sum" for p in current):
+        # A pending mean (a mean over a sharded dim): DTensor's backward
+        # cannot turn a pending-sum gradient into Partial("avg") ("from one
+        # partial type (P(sum)) to another (P(avg)) is unsupported"); this
+        # same-placement node lays the gradient out as ``target`` first.
+        out = out.redistribute(mesh, target)
+    return out

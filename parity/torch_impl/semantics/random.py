@@ -1,0 +1,246 @@
+"""Random ops whose values do not depend on the sharding (issue 25).
+
+In JAX a key gives the same numbers whatever the sharding: a model trains
+to the same curve on 8 devices as on 1. DTensor gets that on CUDA only (its
+offset-based Philox tracker: ``torch.distributed.tensor._random`` refuses a
+CPU mesh, "requires the presence of CUDA/CUDA-like/XPU device"); on CPU and
+over simulated ranks each rank drew for its own block from its own
+generator, so ``F.dropout(x)`` of a sharded ``x`` differed from the
+unsharded program's after the same ``torch.manual_seed``.
+
+Under ``jax_semantics()`` (unless ``random="per_rank"``, the opt-out) every
+random op with a DTensor operand draws what the *unsharded* program draws --
+torch's own generator, called once for the whole global shape, exactly as
+plain torch calls it -- and each rank keeps its block:
+
+* ``dropout`` (``F.dropout``, ``nn.Dropout``, ``torch.dropout``) and the
+  feature dropouts (``dropout1d/2d/3d``, ``torch.feature_dropout``): the
+  noise torch's CPU kernel makes (``empty(shape).bernoulli_(1 - p)``, then
+  ``div_(1 - p)``; feature noise ``(N, C, 1, ...)``) is drawn for the global
+  shape, laid out as the input (a local slice, no communication) and
+  multiplied in: the input is never gathered, and the gradient uses the same
+  mask (it is a product with a constant);
+* ``rand_like``, ``randn_like``, ``randint_like``: drawn for the global
+  shape, laid out as the operand;
+* in place (``normal_``, ``uniform_``, ``bernoulli_``, ``random_``,
+  ``exponential_``, ``geometric_``, ``log_normal_``, ``cauchy_``, and
+  ``nn.init``'s ``uniform_``, ``normal_``, ``kaiming_uniform_``, which reach
+  the mode as themselves; the other initialisers call those methods): the op
+  runs on a full tensor of the operand's shape and dtype and each rank
+  copies its block in;
+* the rest (``bernoulli``, ``multinomial``, ``normal`` with tensor
+  arguments, ``poisson``, the alpha dropouts, ``rrelu`` in training,
+  ``scaled_dot_product_attention`` with ``dropout_p > 0``): the operands
+  are gathered and the op runs on every rank's full copy (``fallback``), the
+  result laid out as the first operand (attention: as the query's batch and
+  head dims).
+
+Over simulated ranks torch's ``LocalTensorMode`` runs an op once per rank
+from the same generator state and leaves the state one call advanced, as
+one process would; on gloo ranks every process holds the same seed. Either
+way every rank draws the same global tensor: the values equal the unsharded
+program's bit for bit, on any mesh and layout. The cost: each rank draws
+the whole tensor (torch's CPU generator, MT19937, cannot skip ahead to a
+block, and its bernoulli kernel draws one MKL stream seed per call), i.e.
+the unsharded op's time and one transient global-size buffer per rank
+(``benchmarks``: the ``random`` row). Counter-based per-block generation
+(DTensor's CUDA tracker, JAX's partitionable threefry) would avoid that but
+would not give plain torch's values on CPU: not done.
+
+``random="per_rank"`` keeps torch's own behaviour (each rank draws for its
+block; DTensor's CUDA tracker where it applies).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.distributed.tensor import DTensor, Replicate
+
+from parity import sharding_rules as R
+from parity.torch_impl.semantics import pending
+from parity.torch_impl.collectives import redistribute
+from parity.torch_impl.layouts import specs as S
+
+_DROPOUT = frozenset({F.dropout, torch.dropout, torch.dropout_})
+_FEATURE_DROPOUT = frozenset({F.dropout1d, F.dropout2d, F.dropout3d, torch.feature_dropout,
+                              torch.feature_dropout_})
+_LIKE = frozenset({torch.rand_like, torch.randn_like, torch.randint_like})
+_IN_PLACE = frozenset(getattr(torch.Tensor, name) for name in (
+    "normal_", "uniform_", "bernoulli_", "random_", "exponential_", "geometric_",
+    "log_normal_", "cauchy_"))
+# nn.init's functions that hand themselves to __torch_function__ (the mode
+# receives the init function, not the Tensor method it calls): run on a full
+# tensor of the operand's shape, the block copied in, as the in-place ops.
+_INIT = frozenset({torch.nn.init.uniform_, torch.nn.init.normal_,
+                   torch.nn.init.kaiming_uniform_})
+_GATHERED = frozenset({
+    torch.bernoulli, torch.Tensor.bernoulli, torch.multinomial, torch.Tensor.multinomial,
+    torch.normal, torch.poisson, F.alpha_dropout, F.feature_alpha_dropout,
+    torch.alpha_dropout, torch.feature_alpha_dropout, F.rrelu, torch.rrelu,
+    F.scaled_dot_product_attention,
+})
+_ALPHA = frozenset({F.alpha_dropout, F.feature_alpha_dropout, torch.alpha_dropout,
+                    torch.feature_alpha_dropout})
+RANDOM_OPS = _DROPOUT | _FEATURE_DROPOUT | _LIKE | _IN_PLACE | _INIT | _GATHERED
+
+
+def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else default
+
+
+@torch._dynamo.assume_constant_result
+def _listed(func: Any) -> bool:
+    return func in RANDOM_OPS
+
+
+def draws(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether this call draws random numbers (a dropout in training with
+    ``0 < p``, attention with ``dropout_p > 0``, ``rrelu`` in training, any
+    other listed op)."""
+    if not _listed(func):
+        return False
+    if func in _DROPOUT or func in _FEATURE_DROPOUT or func in _ALPHA:
+        train = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+        return bool(train) and _arg(args, kwargs, 1, "p", 0.5) > 0
+    if func is F.scaled_dot_product_attention:
+        return _arg(args, kwargs, 4, "dropout_p", 0.0) > 0
+    if func in (F.rrelu, torch.rrelu):
+        return bool(_arg(args, kwargs, 3, "training", False))
+    return True
+
+
+def _full(shape, dtype, fill) -> torch.Tensor:
+    """A tensor of the global ``shape`` filled by ``fill`` (in place) from
+    torch's generator: every rank the same values (see the module doc)."""
+    t = torch.empty(tuple(shape), dtype=dtype)
+    fill(t)
+    return t
+
+
+def _laid_out(full: torch.Tensor, mesh, placements: tuple) -> DTensor:
+    """``full`` (the same on every rank) as a DTensor with ``placements``:
+    each rank keeps its block (no communication)."""
+    whole = DTensor.from_local(full, mesh, [Replicate()] * mesh.ndim, run_check=False,
+                               shape=full.shape, stride=full.stride())
+    return whole if tuple(placements) == tuple(whole.placements) else whole.redistribute(
+        mesh, tuple(placements))
+
+
+def _laid_out_as(full: torch.Tensor, like: DTensor) -> DTensor:
+    return _laid_out(full, like.device_mesh, tuple(like.placements))
+
+
+def run(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
+    """``func(*args, **kwargs)`` (a call ``draws`` accepts, with a DTensor
+    operand) with the unsharded program's random values, laid out as the
+    module doc says."""
+    args = tuple(pending.complete(a) if isinstance(a, DTensor) else a for a in args)
+    kwargs = {k: pending.complete(v) if isinstance(v, DTensor) else v for k, v in kwargs.items()}
+    if func in _DROPOUT or func in _FEATURE_DROPOUT:
+        return _dropout(func, args, kwargs)
+    if func in _LIKE:
+        return _like(func, args, kwargs)
+    if func in _IN_PLACE:
+        return _in_place(func, args, kwargs)
+    if func in _INIT:
+        kwargs = dict(kwargs)
+        x = kwargs.pop("tensor") if "tensor" in kwargs else args[0]
+        rest = () if not args or args[0] is not x else tuple(args[1:])
+        with torch.no_grad():  # as nn.init itself
+            return _in_place(func, (x,) + rest, kwargs)
+    return _gathered(func, args, kwargs, mesh)
+
+
+def _dropout(func: Any, args: tuple, kwargs: dict) -> DTensor:
+    x = args[0]
+    p = float(_arg(args, kwargs, 1, "p", 0.5))
+    inplace = func in (torch.dropout_, torch.feature_dropout_) or bool(
+        _arg(args, kwargs, 3, "inplace", False))
+    if not isinstance(x, DTensor):
+        raise NotImplementedError  # a DTensor p: not a call torch accepts
+    feature = func in _FEATURE_DROPOUT
+    if feature:
+        # torch's make_feature_noise: (N, C, 1, ...); dropout1d/2d/3d on an
+        # unbatched input add the batch dim first, as F.dropoutNd does
+        # (dropout2d takes a 3-d input as batched (N, C, L), as torch does)
+        batched = {F.dropout1d: 3, F.dropout3d: 5}.get(func)
+        if batched is not None and x.ndim == batched - 1:
+            out = _dropout(torch.feature_dropout, (x.unsqueeze(0), p, True), {})
+            return out.squeeze(0) if not inplace else x.copy_(out.squeeze(0))
+        shape = (x.shape[0], x.shape[1]) + (1,) * (x.ndim - 2)
+    else:
+        shape = tuple(x.shape)
+    if p == 1.0:
+        noise = torch.zeros(shape, dtype=x.dtype)
+    else:
+        noise = _full(shape, x.dtype, lambda t: t.bernoulli_(1 - p).div_(1 - p))
+    if feature:
+        # expanded to x's shape, so that the product (bitwise torch's
+        # broadcast product) and its gradient have x's placements
+        noise = noise.expand(tuple(x.shape)).contiguous()
+    noise = _laid_out_as(noise, x)
+    return x.mul_(noise) if inplace else x * noise
+
+
+def _like(func: Any, args: tuple, kwargs: dict) -> DTensor:
+    x = args[0]
+    dtype = kwargs.get("dtype") or x.dtype
+    rest = {k: v for k, v in kwargs.items() if k not in ("dtype", "layout", "device",
+                                                         "requires_grad", "memory_format",
+                                                         "pin_memory")}
+    plain = torch.empty(tuple(x.shape), dtype=x.dtype)
+    full = func(plain, *args[1:], dtype=dtype, **rest)
+    out = _laid_out_as(full, x)
+    return out.requires_grad_() if kwargs.get("requires_grad") else out
+
+
+def _in_place(func: Any, args: tuple, kwargs: dict) -> DTensor:
+    x = args[0]
+    rest = tuple(_whole(a) for a in args[1:])
+    more = {k: _whole(v) for k, v in kwargs.items()}
+    full = _full(x.shape, x.dtype, lambda t: func(t, *rest, **more))
+    # as torch: a leaf that requires grad raises here unless under no_grad
+    # (nn.init's case); otherwise the copy's gradient to x is zero, as the
+    # random op's is
+    return x.copy_(_laid_out_as(full, x))
+
+
+def _whole(value: Any) -> Any:
+    """A DTensor argument (``bernoulli_``'s ``p``) as the full value."""
+    if isinstance(value, DTensor):
+        return redistribute.redistribute_to(value, ((),) * value.ndim).to_local()
+    return value
+
+
+_INPLACE_INDEX = {F.alpha_dropout: 3, F.feature_alpha_dropout: 3, F.rrelu: 4}
+
+
+def _gathered(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
+    from parity.torch_impl.semantics import fallback
+
+    index = _INPLACE_INDEX.get(func)
+    if index is not None and _arg(args, kwargs, index, "inplace", False):
+        # computed out of place on the gathered copy, then written into the
+        # operand's own blocks (the gathered copy is not its storage)
+        args = tuple(False if i == index else a for i, a in enumerate(args))
+        kwargs = {**kwargs, "inplace": False} if "inplace" in kwargs else kwargs
+        out = _gathered(func, args, kwargs, mesh)
+        return args[0].copy_(out)
+    out = fallback.run_replicated(func, args, kwargs, mesh, "a random op")
+    first = next(a for a in list(args) + list(kwargs.values()) if isinstance(a, DTensor))
+    spec = S.spec_of(first)
+    if func is F.scaled_dot_product_attention:
+        spec = tuple(spec[:2]) + ((),) * (len(spec) - 2)  # batch and heads, as attention
+    sizes = S.axis_sizes(mesh)
+
+    def lay_out(value):
+        if isinstance(value, DTensor) and value.ndim == len(spec):
+            return redistribute.redistribute_to(value, R.fit_to_shape(spec, value.shape, sizes))
+        return value
+
+    return tuple(lay_out(v) for v in out) if isinstance(out, tuple) else lay_out(out)

@@ -1,0 +1,120 @@
+"""Random ops under ``jax_semantics()`` give the unsharded program's values
+(issue 25): after the same ``torch.manual_seed``, a random op on a DTensor
+laid out any way on the (2, 4) and (2, 2, 2) meshes equals -- bit for bit --
+the same op on the plain global tensor (torch's own values, nothing written
+here), and dropout's gradient uses the same mask. ``random="per_rank"``
+(the opt-out) keeps torch's per-block draws, which differ.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import parity
+from parity import torch_impl as ti
+
+L = parity.TensorLayout
+MESHES = [  # (mesh shape, axis names, layouts of a 4-d [8, 8, 4, 4] tensor)
+    ((2, 4), ("data", "model"), [("data", "model", None, None), (None, None, "data", "model"),
+                                 (("data", "model"), None, None, None)]),
+    ((2, 2, 2), ("a", "b", "c"), [("a", ("b", "c"), None, None)]),
+]
+LAYOUTS = [(shape, names, spec) for shape, names, specs in MESHES for spec in specs]
+OPS = {
+    "dropout": lambda x: F.dropout(x, 0.3),
+    "nn.Dropout": lambda x: torch.nn.Dropout(0.5)(x),
+    "dropout2d": lambda x: F.dropout2d(x, 0.5),
+    "dropout2d_of_3d": lambda x: F.dropout2d(x[:, :, 0], 0.5),  # batched (N, C, L)
+    "dropout3d_unbatched": lambda x: F.dropout3d(x, 0.5),  # (C, D, H, W)
+    "alpha_dropout": lambda x: F.alpha_dropout(x, 0.5, True),
+    "rrelu_inplace": lambda x: F.rrelu(x.clone(), training=True, inplace=True),
+    "rand_like": torch.rand_like,
+    "randn_like": torch.randn_like,
+    "randint_like": lambda x: torch.randint_like(x, 10),
+    "bernoulli": lambda x: torch.bernoulli(torch.sigmoid(x)),
+    "normal_": lambda x: x.clone().normal_(),
+    "uniform_": lambda x: x.clone().uniform_(-1, 1),
+    "bernoulli_": lambda x: x.clone().bernoulli_(0.25),
+    "multinomial": lambda x: torch.multinomial(torch.sigmoid(x).reshape(64, 16), 3),
+    "init.normal_": lambda x: torch.nn.init.normal_(x.clone()),
+    "init.kaiming_uniform_": lambda x: torch.nn.init.kaiming_uniform_(x.clone()),
+    "init.trunc_normal_": lambda x: torch.nn.init.trunc_normal_(x.clone()),
+    "init.xavier_normal_": lambda x: torch.nn.init.xavier_normal_(x.clone()),
+}
+
+
+def _value(shape=(8, 8, 4, 4), seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda c: f"{c[0]}-{c[2]}")
+def test_every_random_op_gives_the_unsharded_values(sim8, layout):
+    shape, names, spec = layout
+    value = _value()
+    mesh = parity.DeviceMesh(shape, names)
+    for name, op in OPS.items():
+        torch.manual_seed(7)
+        expected = op(torch.from_numpy(value)).numpy()
+        x = ti.distribute_tensor(value, L(spec, mesh))
+        torch.manual_seed(7)
+        with ti.jax_semantics():
+            out = op(x)
+        np.testing.assert_array_equal(ti.to_numpy(out), expected, err_msg=name)
+
+
+@pytest.mark.parametrize("dropout", [F.dropout, F.dropout2d], ids=["dropout", "dropout2d"])
+@pytest.mark.parametrize("layout", [LAYOUTS[1], LAYOUTS[3]], ids=["2x4", "2x2x2"])
+def test_dropout_gradient_uses_the_same_mask(sim8, layout, dropout):
+    shape, names, spec = layout
+    value = _value()
+    ref = torch.tensor(value, requires_grad=True)
+    torch.manual_seed(3)
+    y = dropout(ref, 0.5)
+    (y * y).sum().backward()
+    x = ti.distribute_tensor(value, L(spec, parity.DeviceMesh(shape, names))).requires_grad_()
+    torch.manual_seed(3)
+    with ti.jax_semantics():
+        out = dropout(x, 0.5)
+        (out * out).sum().backward()
+    np.testing.assert_array_equal(ti.to_numpy(x.grad), ref.grad.numpy())
+    assert tuple(x.grad.placements) == tuple(x.placements)
+    assert tuple(out.placements) == tuple(x.placements)  # the input is never gathered
+
+
+@pytest.mark.parametrize("spec", [("data", None, None, "model"), ("data", "model", None, None)])
+def test_attention_dropout_values_and_gradient(sim8, spec):
+    qkv = [_value((2, 4, 8, 8), seed) for seed in range(3)]
+    refs = [torch.tensor(a, requires_grad=True) for a in qkv]
+    torch.manual_seed(1)
+    ref = F.scaled_dot_product_attention(*refs, dropout_p=0.5)
+    ref.sum().backward()
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    xs = [ti.distribute_tensor(a, L(spec, mesh)).requires_grad_() for a in qkv]
+    torch.manual_seed(1)
+    with ti.jax_semantics():
+        out = F.scaled_dot_product_attention(*xs, dropout_p=0.5)
+        out.sum().backward()
+    np.testing.assert_allclose(ti.to_numpy(out), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for x, r in zip(xs, refs):
+        np.testing.assert_allclose(ti.to_numpy(x.grad), r.grad.numpy(), rtol=1e-4, atol=1e-5)
+        assert tuple(x.grad.placements) == tuple(x.placements)
+
+
+def test_per_rank_opt_out_draws_per_block(sim8):
+    value = _value()
+    torch.manual_seed(2)
+    expected = F.dropout(torch.from_numpy(value), 0.5).numpy()
+    x = ti.distribute_tensor(value, L(("data", "model", None, None),
+                                      parity.DeviceMesh((2, 4), ("data", "model"))))
+    torch.manual_seed(2)
+    with ti.jax_semantics(random="per_rank"):
+        out = F.dropout(x, 0.5)
+    assert not np.array_equal(ti.to_numpy(out), expected)
+
+
+def test_unknown_random_option_is_a_parity_error():
+    with pytest.raises(parity.ParityError, match="random='threefry'"):
+        ti.jax_semantics(random="threefry")

@@ -47,6 +47,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from parity.torch_impl.semantics import (
+    backward_scope,
     compile_support,
     dtensor_errors,
     fallback,
@@ -221,7 +222,7 @@ class _JaxSemanticsMode(TorchFunctionMode):
             return _eager(func, args, kwargs or {}, key)
         kwargs = kwargs or {}
         if compile_support.runs_untraced(func):  # backward: never traced by dynamo
-            return compile_support.run_untraced(func, args, kwargs)
+            return _backward(func, args, kwargs)
         name = _name_of(func)
         if name in _PASSTHROUGH and not _ruled_property(name, func):
             return func(*args, **kwargs)
@@ -234,7 +235,7 @@ class _JaxSemanticsMode(TorchFunctionMode):
 def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
     """An eager call that is not known clean: the whole rule."""
     if compile_support.runs_untraced(func):  # backward: never traced by dynamo
-        return compile_support.run_untraced(func, args, kwargs)
+        return _backward(func, args, kwargs)
     name = getattr(func, "__name__", None)
     if name in _PASSTHROUGH and not _ruled_property(name, func):
         fast_path.remember_direct(func)
@@ -243,6 +244,24 @@ def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
     if mesh is None:
         return func(*args, **kwargs)
     return _run(func, name or "", args, kwargs, mesh, key)
+
+
+def _backward(func, args: tuple, kwargs: dict) -> Any:
+    """A backward entry point (``Tensor.backward``, ``autograd.backward``,
+    ``autograd.grad``) run with this thread's mode pushed again.
+
+    torch pops a function mode while its ``__torch_function__`` runs, so a
+    backward started under ``jax_semantics()`` would run every Python-level
+    op inside it -- activation checkpointing's recompute, a custom
+    Function's backward, a tensor hook -- without JAX's semantics (the
+    recompute then differs from the forward: ``CheckpointError``, or DTensor
+    lacks a strategy the forward's fallback avoided). DTensor's own backward
+    kernels run below autograd and never see the mode.
+    """
+    mode = _state.mode
+    if mode is None or not backward_scope.covered(func, args, kwargs):
+        return compile_support.run_untraced(func, args, kwargs)
+    return backward_scope.run_untraced(mode, func, args, kwargs)
 
 
 def _ruled_property(name: str | None, func) -> bool:

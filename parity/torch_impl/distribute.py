@@ -16,7 +16,7 @@ from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import MeshMismatchError, ParityError
 from parity.layout import TensorLayout
-from parity.torch_impl import devices, meshes, state
+from parity.torch_impl import devices, mesh_identity, meshes, state
 from parity.torch_impl.donation import check_not_donated
 from parity.torch_impl.gather import evenly_sharded, gather_whole, gather_whole_differentiable
 from parity.torch_impl.gather import merged_redistribute
@@ -56,13 +56,16 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
     torch_mesh = meshes.to_torch_mesh(mesh)
     if isinstance(x, DTensor):
         layout.check_shape(x.shape)
-        if x.device_mesh != torch_mesh:
+        if not mesh_identity.same_mesh(x.device_mesh, torch_mesh):
             raise MeshMismatchError(
                 f"The tensor lives on mesh {x.device_mesh} and the layout on "
-                f"{torch_mesh}. Fix: gather it with all_gather_variable and "
-                "to_numpy, then distribute on the new mesh.",
+                f"{torch_mesh} (they differ in "
+                f"{'; '.join(mesh_identity.differences(x.device_mesh, torch_mesh))}). Fix: "
+                "gather it with all_gather_variable and to_numpy, then distribute on the "
+                "new mesh.",
                 first=x.device_mesh, second=torch_mesh,
             )
+        x = mesh_identity.rehome(x, torch_mesh)
         x = resolve_pending(x)
         # one all_gather, not one per mesh axis, where DTensor can merge
         return merged_redistribute(x, placements_of(layout))

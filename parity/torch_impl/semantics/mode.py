@@ -280,6 +280,9 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
     if operands.needs_promotion(args, kwargs):
         args, kwargs = operands.promote(args, kwargs, mesh)
+    rehomed = operands.on_other_mesh_objects(args, kwargs, mesh)
+    if rehomed:  # the same mesh as another object (an FSDP2 submesh): one mesh
+        args, kwargs = operands.rehome(args, kwargs, mesh)
     if name == "__array__":
         # np.asarray(x), and numpy's side of ``x * ndarray`` (torch's operator
         # gives up on an ndarray before any __torch_function__): the global
@@ -336,7 +339,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         return _finish(_recover(err, func, prepared_args, prepared_kwargs, mesh), plan,
                        keep_partial)
     result = _finish(out, plan, keep_partial)
-    if key is not None and not moved and result is out and not _any_partial(out):
+    if key is not None and not moved and not rehomed and result is out and not _any_partial(out):
         fast_path.remember(key)
     return result
 

@@ -54,6 +54,7 @@ from parity.torch_impl.semantics import (
     fast_path,
     grad_guard,
     local_ops,
+    loss_parallel,
     operands,
     pending,
     rules,
@@ -283,6 +284,9 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     rehomed = operands.on_other_mesh_objects(args, kwargs, mesh)
     if rehomed:  # the same mesh as another object (an FSDP2 submesh): one mesh
         args, kwargs = operands.rehome(args, kwargs, mesh)
+    if loss_parallel.applies(func):  # the user asked for DTensor's own parallel loss
+        args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
+        return func(*args, **kwargs)
     if name == "__array__":
         # np.asarray(x), and numpy's side of ``x * ndarray`` (torch's operator
         # gives up on an ndarray before any __torch_function__): the global

@@ -4,16 +4,20 @@ Job 1 trains FSDP2 + TP (mesh (2, 2)) under ``jax_semantics()``, records
 the uninterrupted losses, and saves model and Adam state mid-training with
 ``torch.distributed.checkpoint``; job 2 loads it onto the same layout and
 onto TP alone over a 1-D mesh of 4, and trains on: the losses equal the
-uninterrupted run's (``tests/multiprocess/dcp_resume_worker.py``)."""
+uninterrupted run's (``tests/multiprocess/dcp_resume_worker.py``).
+Opt-in (``PARITY_STACK=1 pytest -m stack``): two torchrun jobs."""
 
 from __future__ import annotations
 
+import os
 import json
 
 import pytest
 from torchrun import run_torchrun
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.stack, pytest.mark.skipif(
+    os.environ.get("PARITY_STACK") != "1",
+    reason="opt-in group (minutes of torchrun jobs, beyond CI's budget): PARITY_STACK=1 pytest -m stack")]
 
 
 def test_resume_in_a_new_job_continues_with_the_same_losses(tmp_path):

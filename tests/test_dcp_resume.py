@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.stack, pytest.mark.skipif(
     reason="opt-in group (minutes of torchrun jobs, beyond CI's budget): PARITY_STACK=1 pytest -m stack")]
 
 
+@pytest.mark.timeout(1200)
 def test_resume_in_a_new_job_continues_with_the_same_losses(tmp_path):
     ckpt, saved, loaded = tmp_path / "ckpt", tmp_path / "save.json", tmp_path / "load.json"
     run_torchrun("dcp_resume_worker.py", nproc=4, timeout=300,

@@ -14,7 +14,7 @@ import json
 import pytest
 from torchrun import run_torchrun
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
 
 CONFIGS = ("tp", "sp", "tp_clip_foreach", "tp_fused", "tp_inference", "tp_checkpoint",
            "tp_loss_parallel", "fsdp_tp")

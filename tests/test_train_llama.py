@@ -30,6 +30,7 @@ def run_example(*args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.timeout(1200)
 def test_llama_example_matches_unsharded_and_resumes(tmp_path):
     ckpt = str(tmp_path / "ckpt")
     first = run_example("--steps", "2", "--check", "--checkpoint-dir", ckpt)

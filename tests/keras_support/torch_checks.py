@@ -234,6 +234,39 @@ def check_load_weights_keeps_layout():
 
 
 @check
+def check_weights_saved_on_one_mesh_load_onto_another():
+    """ModelParallel weights saved on one mesh load onto another (issue 23:
+    (2, 2) -> (1, 4); here the 8 simulated devices, (2, 4) -> (1, 8): a mesh
+    over a subset of the simulated devices cannot be distributed on):
+    same values, each kernel in the new mesh's layout."""
+    def distribution_on(shape):
+        devices = kd.list_devices()
+        layout_map = kd.LayoutMap(kd.DeviceMesh(shape, ("batch", "model"), devices))
+        layout_map["d1/kernel"] = (None, "model")
+        layout_map["d1/bias"] = ("model",)
+        layout_map["d2/kernel"] = ("model", None)
+        return kd.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+
+    x, y = data()
+    with distribution_on((2, 4)).scope():
+        model = mlp()
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    values = model.get_weights()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.weights.h5")
+        model.save_weights(path)
+        with distribution_on((1, 8)).scope():
+            other = mlp()
+        other.load_weights(path)
+    kernel = other.get_layer("d1").kernel
+    assert spec(kernel) == ((), ("model",))
+    assert ti.describe(kernel.value).mesh_shape == (1, 8)
+    assert spec(other.get_layer("d2").kernel) == (("model",), ())
+    for a, b in zip(values, other.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+@check
 def check_layer_output_layout():
     mesh = mesh24()
     layout_map = kd.LayoutMap(mesh)

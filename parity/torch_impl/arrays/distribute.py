@@ -18,7 +18,7 @@ from torch.distributed.tensor import DTensor
 from parity.errors import MeshMismatchError, ParityError
 from parity.layout import TensorLayout
 from parity.torch_impl.runtime import devices, state
-from parity.torch_impl.layouts import meshes
+from parity.torch_impl.layouts import mesh_identity, meshes
 from parity.torch_impl.collectives.donation import check_not_donated, require_dtensor
 from parity.torch_impl.collectives.gather import evenly_sharded, gather_whole
 from parity.torch_impl.collectives.gather import merged_redistribute
@@ -57,13 +57,16 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
     torch_mesh = meshes.to_torch_mesh(mesh)
     if isinstance(x, DTensor):
         layout.check_shape(x.shape)
-        if x.device_mesh != torch_mesh:
+        if not mesh_identity.same_mesh(x.device_mesh, torch_mesh):
             raise MeshMismatchError(
                 f"The tensor lives on mesh {x.device_mesh} and the layout on "
-                f"{torch_mesh}. Fix: gather it with all_gather_variable and "
-                "to_numpy, then distribute on the new mesh.",
+                f"{torch_mesh} (they differ in "
+                f"{'; '.join(mesh_identity.differences(x.device_mesh, torch_mesh))}). Fix: "
+                "gather it with all_gather_variable and to_numpy, then distribute on the "
+                "new mesh.",
                 first=x.device_mesh, second=torch_mesh,
             )
+        x = mesh_identity.rehome(x, torch_mesh)
         x = resolve_pending(x)
         # one all_gather, not one per mesh axis, where DTensor can merge
         return merged_redistribute(x, placements_for(layout.spec, torch_mesh))

@@ -104,4 +104,7 @@ def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
     with state.lock:
         _caches_for(state.current().generation)
         _parity_mesh_cache[id(torch_mesh)] = (torch_mesh, mesh)
+        # the way back gives the user's mesh (an FSDP2 submesh, an
+        # init_device_mesh) rather than a new one torch compares unequal
+        _mesh_cache.setdefault(mesh, torch_mesh)
     return mesh

@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch._dynamo.decorators import substitute_in_graph
+from torch.autograd import _make_grads, _tensor_or_tensors_to_tuple
+from torch.autograd.graph import _engine_run_backward
 from torch._dynamo.exc import TorchDynamoException
 from torch.distributed import _local_tensor
 from torch.distributed import distributed_c10d as c10d
@@ -38,7 +40,7 @@ from torch.utils._python_dispatch import _disable_current_modes, _get_current_di
 
 __all__ = [  # the private names re-exported, besides the shims defined below
     "DTensorSpec", "StridedShard", "TensorMeta", "TorchDynamoException", "c10d", "funcol",
-    "substitute_in_graph",
+    "substitute_in_graph", "_engine_run_backward", "_make_grads", "_tensor_or_tensors_to_tuple",
     "tree_flatten", "tree_map", "tree_unflatten",
 ]
 

@@ -235,6 +235,7 @@ class Watchdog:
     def at_exit(self) -> None:
         self.mark_exit("ok")
         self._stop.set()
+        self.join()
         if self.rank == self.store_host_rank:
             # Keep the store up until the others have said goodbye (bounded).
             deadline = time.monotonic() + _env_float("PARITY_STORE_LINGER_S", 10.0)
@@ -274,6 +275,19 @@ class Watchdog:
 
     def start(self) -> None:
         self._thread.start()
+
+    def join(self) -> None:
+        """Wait for the heartbeat thread to leave (``_stop`` set first).
+
+        A daemon thread still inside a store call when the interpreter
+        finalizes gets ``pthread_exit`` from CPython 3.11 as it takes the GIL
+        back in pybind11's ``gil_scoped_release`` destructor; the forced
+        unwind through that ``noexcept`` destructor calls ``std::terminate``:
+        the rank dies of SIGABRT ("terminate called without an active
+        exception") after its work is done. Bounded by one store timeout.
+        """
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(self.interval_s + _env_float("PARITY_STORE_TIMEOUT_S", 5.0))
 
 
 _watchdog: Watchdog | None = None

@@ -46,12 +46,14 @@ from torch.distributed.tensor import DTensor
 from torch.overrides import TorchFunctionMode
 
 from parity.torch_impl.semantics import (
+    backward_scope,
     compile_support,
     dtensor_errors,
     fallback,
     fast_path,
     grad_guard,
     local_ops,
+    loss_parallel,
     operands,
     pending,
     rules,
@@ -238,7 +240,7 @@ class _JaxSemanticsMode(TorchFunctionMode):
             return _eager(func, args, kwargs or {}, key)
         kwargs = kwargs or {}
         if compile_support.runs_untraced(func):  # backward: never traced by dynamo
-            return compile_support.run_untraced(func, args, kwargs)
+            return _backward(func, args, kwargs)
         name = _name_of(func)
         if name in _PASSTHROUGH and not _ruled_property(name, func):
             return func(*args, **kwargs)
@@ -251,7 +253,7 @@ class _JaxSemanticsMode(TorchFunctionMode):
 def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
     """An eager call that is not known clean: the whole rule."""
     if compile_support.runs_untraced(func):  # backward: never traced by dynamo
-        return compile_support.run_untraced(func, args, kwargs)
+        return _backward(func, args, kwargs)
     name = getattr(func, "__name__", None)
     if name in _PASSTHROUGH and not _ruled_property(name, func):
         fast_path.remember_direct(func)
@@ -260,6 +262,24 @@ def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
     if mesh is None:
         return func(*args, **kwargs)
     return _run(func, name or "", args, kwargs, mesh, key)
+
+
+def _backward(func, args: tuple, kwargs: dict) -> Any:
+    """A backward entry point (``Tensor.backward``, ``autograd.backward``,
+    ``autograd.grad``) run with this thread's mode pushed again.
+
+    torch pops a function mode while its ``__torch_function__`` runs, so a
+    backward started under ``jax_semantics()`` would run every Python-level
+    op inside it -- activation checkpointing's recompute, a custom
+    Function's backward, a tensor hook -- without JAX's semantics (the
+    recompute then differs from the forward: ``CheckpointError``, or DTensor
+    lacks a strategy the forward's fallback avoided). DTensor's own backward
+    kernels run below autograd and never see the mode.
+    """
+    mode = _state.mode
+    if mode is None or not backward_scope.covered(func, args, kwargs):
+        return compile_support.run_untraced(func, args, kwargs)
+    return backward_scope.run_untraced(mode, func, args, kwargs)
 
 
 def _ruled_property(name: str | None, func) -> bool:
@@ -278,6 +298,12 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
     if operands.needs_promotion(args, kwargs):
         args, kwargs = operands.promote(args, kwargs, mesh)
+    rehomed = operands.on_other_mesh_objects(args, kwargs, mesh)
+    if rehomed:  # the same mesh as another object (an FSDP2 submesh): one mesh
+        args, kwargs = operands.rehome(args, kwargs, mesh)
+    if loss_parallel.applies(func):  # the user asked for DTensor's own parallel loss
+        args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
+        return func(*args, **kwargs)
     if name == "__array__":
         # np.asarray(x), and numpy's side of ``x * ndarray`` (torch's operator
         # gives up on an ndarray before any __torch_function__): the global
@@ -338,7 +364,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         return _finish(_recover(err, func, prepared_args, prepared_kwargs, mesh), plan,
                        keep_partial)
     result = _finish(out, plan, keep_partial)
-    if key is not None and not moved and result is out and not _any_partial(out) \
+    if key is not None and not moved and not rehomed and result is out and not _any_partial(out) \
             and not (plan is not None and plan.chosen):  # chosen: re-checked per mesh
         fast_path.remember(key)
     return result

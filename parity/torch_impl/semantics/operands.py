@@ -5,7 +5,10 @@ inputs. DTensor refuses them (``aten.sub.Tensor: got mixed torch.Tensor and
 DTensor``). ``promote`` turns every plain tensor and numpy array among an
 op's arguments into a DTensor replicated on the mesh of the DTensors it
 meets; Python scalars stay scalars (DTensor already treats them as
-constants). DTensors on two different meshes raise ``ShardingError``.
+constants). DTensors on two different meshes raise ``ShardingError``;
+two mesh objects with the same device type, axis names and ranks are one
+mesh (``mesh_identity``) and the operands are moved onto the first
+(``rehome``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from torch.distributed.tensor import DTensor, Replicate
 from parity.errors import MeshMismatchError
 from parity.torch_impl.runtime import state
 from parity.torch_impl.layouts.tensors import as_host_tensor
+from parity.torch_impl.layouts import mesh_identity
 
 _SEQ = (list, tuple)
 
@@ -36,14 +40,38 @@ def find_mesh(args: tuple, kwargs: dict) -> Any:
             if mesh is None:
                 mesh = other
             elif other is not mesh and other != mesh:
+                how = mesh_identity.differences(mesh, other)
+                if not how:  # the same devices and names: one mesh (rehome)
+                    continue
                 raise MeshMismatchError(
                     "Operands live on different device meshes: "
-                    f"{_describe_mesh(mesh)} and {_describe_mesh(other)}. JAX "
-                    "refuses this too; move one with distribute_tensor onto the "
-                    "other's mesh (via to_numpy when the devices differ).",
+                    f"{_describe_mesh(mesh)} and {_describe_mesh(other)} (they differ in "
+                    f"{'; '.join(how)}). JAX refuses this too; move one with "
+                    "distribute_tensor onto the other's mesh (via to_numpy when the "
+                    "devices differ).",
                     first=mesh, second=other,
                 )
     return mesh
+
+
+def on_other_mesh_objects(args: tuple, kwargs: dict, mesh) -> bool:
+    """Whether a DTensor operand lives on a mesh object that is the same mesh
+    as ``mesh`` (``find_mesh`` refused any other) but that torch compares
+    unequal (an FSDP2 submesh and a 1-D mesh of the same ranks)."""
+    return any(mesh_identity.is_dtensor_on_other(v, mesh) for v in _operands(args, kwargs))
+
+
+def rehome(args: tuple, kwargs: dict, mesh) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` with every DTensor operand on the mesh object
+    ``mesh`` (``mesh_identity.rehome``: same blocks, differentiable)."""
+    def one(value):
+        if isinstance(value, DTensor):
+            return mesh_identity.rehome(value, mesh)
+        if isinstance(value, _SEQ) and any(isinstance(v, DTensor) for v in value):
+            return type(value)(one(v) for v in value)
+        return value
+
+    return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
 
 
 def _describe_mesh(mesh) -> str:

@@ -1,0 +1,61 @@
+"""Meshes with the same devices and names are one mesh (issue 23); when two
+meshes really differ, the error says which field differs.
+
+The FSDP2 case (a ``["tp"]`` slice of a ``("dp", "tp")`` mesh against a 1-D
+``("tp",)`` mesh of the same ranks, which torch compares unequal) needs real
+ranks (a slice of a simulated mesh is rank 0's view only): it runs in
+``tests/multiprocess/torch_stack_worker.py``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.distributed.device_mesh import DeviceMesh as TorchMesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+
+import parity
+from parity import torch_impl as ti
+from parity.torch_impl.layouts import mesh_identity
+
+
+def test_a_users_torch_mesh_comes_back_from_the_parity_mesh():
+    with ti.simulate(4):
+        users = TorchMesh("cpu", torch.arange(4).reshape(2, 2), mesh_dim_names=("dp", "tp"))
+        back = ti.to_torch_mesh(ti.to_parity_mesh(users))
+        assert back is users
+
+
+def test_differences_name_the_field():
+    with ti.simulate(4):
+        a = TorchMesh("cpu", torch.arange(4).reshape(2, 2), mesh_dim_names=("dp", "tp"))
+        b = TorchMesh("cpu", torch.arange(4).reshape(2, 2), mesh_dim_names=("dp", "model"))
+        c = TorchMesh("cpu", torch.tensor([[0, 2], [1, 3]]), mesh_dim_names=("dp", "tp"))
+        d = TorchMesh("cpu", torch.arange(4), mesh_dim_names=("dp",))
+        assert mesh_identity.differences(a, a) == () and mesh_identity.same_mesh(a, a)
+        assert mesh_identity.differences(a, b) == ("axis names ('dp', 'tp') vs ('dp', 'model')",)
+        assert mesh_identity.differences(a, c) == ("ranks [[0, 1], [2, 3]] vs [[0, 2], [1, 3]]",)
+        assert not mesh_identity.same_mesh(a, c)
+        assert "shape (2, 2) vs (4,)" in mesh_identity.differences(a, d)
+        x = DTensor.from_local(torch.ones(2, 4), a, [Shard(0), Replicate()], run_check=False)
+        y = DTensor.from_local(torch.ones(2, 4), c, [Shard(0), Replicate()], run_check=False)
+        with ti.jax_semantics(), pytest.raises(parity.MeshMismatchError,
+                                               match=r"differ in ranks \[\[0, 1\], \[2, 3\]\]"):
+            x + y
+        with pytest.raises(parity.MeshMismatchError, match="differ in axis names"):
+            ti.distribute_tensor(x, parity.TensorLayout(("dp", None), ti.to_parity_mesh(b)))
+
+
+def test_a_slice_and_a_mesh_of_its_ranks_are_one_mesh():
+    """torch compares a ``["tp"]`` slice of a 2-D mesh unequal to a 1-D mesh
+    of the same ranks (root rank map, layout); for parity they are one mesh.
+    (Ops across the two: on real ranks, tests/multiprocess/torch_stack_worker.py;
+    a slice of a simulated mesh holds rank 0's view only.)"""
+    with ti.simulate(8):
+        root = TorchMesh("cpu", torch.arange(8).reshape(2, 4), mesh_dim_names=("dp", "tp"))
+        sliced = root["tp"]
+        own = TorchMesh("cpu", torch.arange(4), mesh_dim_names=("tp",))
+        assert sliced != own
+        assert mesh_identity.differences(sliced, own) == ()
+        assert mesh_identity.same_mesh(sliced, own)
+        other = TorchMesh("cpu", torch.arange(4, 8), mesh_dim_names=("tp",))
+        assert mesh_identity.differences(sliced, other) == ("ranks [0, 1, 2, 3] vs [4, 5, 6, 7]",)

@@ -129,7 +129,7 @@ class TorchRunner(CaseRunner):
         if "target" in kwargs:
             kwargs["target"] = spec_entries(kwargs["target"])
         want_grad = bool(case.get("grad")) and op.grad
-        fn = op.compile("torch", {**self.ns, "P": parity.P}, list(kwargs))
+        fn = op.compile("torch", _explicit_namespace(self.ns), list(kwargs))
         with self.ti.set_mesh(mesh):
             args = []
             for item, host in zip(case["inputs"], host_values(case)):
@@ -188,6 +188,23 @@ class TorchRunner(CaseRunner):
         if local_tensors is not None:  # LocalTensor (simulated ranks): rank 0's copy
             full = local_tensors[min(local_tensors)]
         return full.detach().cpu().numpy()
+
+
+def _explicit_namespace(ns: dict) -> dict:
+    """``ns`` and ``P`` as the globals of a real module (registered in
+    ``sys.modules``): dynamo (the compiled column) looks the globals of the
+    body lambda a ``shard_map`` expression defines up through its
+    ``__name__``."""
+    import sys
+    import types
+
+    name = "conformance._explicit_expressions"
+    module = sys.modules.get(name)
+    if module is None:
+        module = sys.modules[name] = types.ModuleType(name)
+    module.__dict__.update(ns)
+    module.P = parity.P
+    return module.__dict__
 
 
 def raw_placements(layout) -> list:

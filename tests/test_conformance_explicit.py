@@ -8,9 +8,11 @@ from parity import jax_ref
 jax_ref.simulate(8)  # before JAX starts (collection time)
 
 from conformance.cases import default_cases  # noqa: E402
+from conformance.compare import compare_placement, compare_reports  # noqa: E402
+from conformance.html import write_html  # noqa: E402
 
 
-def test_explicit_cases_agree_on_both_backends_with_jax_s_types(sim8):
+def test_explicit_cases_agree_on_both_backends_with_jax_s_types(sim8, tmp_path):
     """A few catalogue cases through both runners in process, compared as
     ``parity compare`` does: typeof strings, values, gradients' types, and
     both sides' errors (a contraction over a sharded dim; a shard_map
@@ -28,8 +30,11 @@ def test_explicit_cases_agree_on_both_backends_with_jax_s_types(sim8):
     assert len(chosen) == len(wanted)
     jr, tr = JaxRunner(8), TorchRunner(8)
     categories = set()
+    reports = {"reference": {"cases": []}, "candidate": {"cases": []}}
     for case in chosen:
         ref, cand = jr.run(case.to_json()), tr.run(case.to_json())
+        reports["reference"]["cases"].append({**case.to_json(), **ref})
+        reports["candidate"]["cases"].append({**case.to_json(), **cand})
         verdict = verdict_of(ref, cand)
         assert verdict["verdict"] == wanted[case.id], (case.id, verdict)
         if ref["status"] == "ok":
@@ -39,3 +44,16 @@ def test_explicit_cases_agree_on_both_backends_with_jax_s_types(sim8):
         else:
             categories |= {ref["error"]["category"], cand["error"]["category"]}
     assert categories == {"ambiguous-sharding"}
+    # The HTML report carries each output's typeof string and the mesh's axis types.
+    comparison = compare_reports(reports["reference"], reports["candidate"])
+    html = write_html({"parity": comparison}, tmp_path / "c.html").read_text()
+    assert '"type":"float32[8@data,8]"' in html.replace(" ", "")
+    assert "typeof ${out.type}" in html and '"axis_types":["explicit","explicit"]' in html.replace(" ", "")
+
+
+def test_a_different_typeof_is_a_placement_difference():
+    ref = {"spec": [["data"], []], "shards": None, "pending": [], "type": "float32[8@data,8]"}
+    cand = {**ref, "type": "float32[8@data,8@model]"}
+    assert "typeof float32[8@data,8@model] != reference float32[8@data,8]" in \
+        compare_placement(ref, cand, "output 0")
+    assert compare_placement(ref, dict(ref), "output 0") is None

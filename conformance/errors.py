@@ -51,12 +51,12 @@ FOREIGN_MESSAGES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("ambiguous-sharding",
      re.compile(r"`with_sharding_constraint` acts as an assert when all axes of mesh are "
                 r"of type `Explicit`"),
-     "JAX: with_sharding_constraint on Explicit axes to a sharding other than the "
-     "value's type (ValueError)"),
+     ("JAX: with_sharding_constraint on Explicit axes to a sharding other than the "
+      "value's type (ValueError)")),
     ("ambiguous-sharding",
      re.compile(r"in_specs passed to shard_map: .* does not match the specs of the input"),
-     "JAX: a shard_map argument whose type on Explicit axes is not its in_specs "
-     "(ValueError)"),
+     ("JAX: a shard_map argument whose type on Explicit axes is not its in_specs "
+      "(ValueError)")),
 )
 
 

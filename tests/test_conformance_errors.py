@@ -77,8 +77,8 @@ def test_every_known_library_message_has_a_test_here():
     tested = {"got mixed torch\\.Tensor and DTensor",
               "in-place operations that require placement changes are not supported",
               "Cannot unflatten unevenly sharded tensor",
-              "`with_sharding_constraint` acts as an assert when all axes of mesh are "
-              "of type `Explicit`",
+              ("`with_sharding_constraint` acts as an assert when all axes of mesh are "
+               "of type `Explicit`"),
               "in_specs passed to shard_map: .* does not match the specs of the input"}
     assert {pattern.pattern for _, pattern, _ in FOREIGN_MESSAGES} == tested
 

@@ -7,9 +7,9 @@ from parity import jax_ref
 
 jax_ref.simulate(8)  # before JAX starts (collection time)
 
-from conformance.cases import default_cases  # noqa: E402
-from conformance.compare import compare_placement, compare_reports  # noqa: E402
-from conformance.html import write_html  # noqa: E402
+from conformance.cases import default_cases
+from conformance.compare import compare_placement, compare_reports
+from conformance.html import write_html
 
 
 def test_explicit_cases_agree_on_both_backends_with_jax_s_types(sim8, tmp_path):

@@ -66,7 +66,7 @@ JAX's `eval_shape` of the op's reference expression on the global shapes
 |---|---|
 | `id` | unique in the file; input values are drawn from it (same bytes on both backends) |
 | `op` | an op below (`parity ops` lists them with their JAX and torch expressions) |
-| `mesh` | `shape` (positive ints) and `axis_names` (default `x`; `data`, `model`; `a`, `b`, `c`); optional with `--mesh 2x4` |
+| `mesh` | `shape` (positive ints) and `axis_names` (default `x`; `data`, `model`; `a`, `b`, `c`); optional with `--mesh 2x4`. Optional `axis_types`, one of `explicit`, `auto`, `manual` per axis (JAX's `AxisType`): the JAX reference builds its mesh with them and the torch side passes them as `DeviceMesh(axis_types=)`; absent, the reference uses Explicit axes (Auto where JAX refuses the op as ambiguous) and the parity mesh its default |
 | `inputs` | exactly the op's inputs, in order; see below |
 | `kwargs` | the op's keyword arguments (table below); none other is accepted |
 | `grad` | `true`: also compare the gradient of `sum(outputs)` for every floating input |

@@ -36,7 +36,7 @@ import jsonschema
 
 from conformance.catalogue import OPS, Op, unknown_op
 from conformance.shape_check import UnfitCase, check_fit, jax_available, warn_unchecked
-from conformance.signatures import SIGNATURES, Kwarg, json_schema
+from conformance.signatures import AXIS_TYPES, SIGNATURES, Kwarg, json_schema
 from conformance.values import DTYPES
 from parity.layout_space import all_specs as _all_specs
 
@@ -87,6 +87,10 @@ class Case:
     inputs: tuple[Input, ...]
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     grad: bool = False
+    # One of ``signatures.AXIS_TYPES`` per mesh axis, or None: today's
+    # behaviour (the JAX reference on Explicit axes, Auto where JAX finds the
+    # op ambiguous; the parity mesh with its default types).
+    axis_types: tuple[str, ...] | None = None
 
     @property
     def mesh_tag(self) -> str:
@@ -100,9 +104,11 @@ class Case:
         return n
 
     def to_json(self) -> dict[str, Any]:
+        mesh: dict[str, Any] = {"shape": list(self.mesh_shape), "axis_names": list(self.axis_names)}
+        if self.axis_types is not None:
+            mesh["axis_types"] = list(self.axis_types)
         return {
-            "id": self.id, "op": self.op,
-            "mesh": {"shape": list(self.mesh_shape), "axis_names": list(self.axis_names)},
+            "id": self.id, "op": self.op, "mesh": mesh,
             "inputs": [i.to_json() for i in self.inputs],
             "kwargs": dict(self.kwargs), "grad": self.grad,
         }
@@ -175,6 +181,7 @@ def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) 
     if not isinstance(op, str) or op not in OPS:
         raise _err(f"{path}.op", unknown_op(op))
     mesh = raw.get("mesh")
+    axis_types = None
     if mesh is None and default_mesh is not None:
         mesh_shape, axis_names = default_mesh
     else:
@@ -192,6 +199,14 @@ def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) 
                 or len(set(axis_names)) != len(axis_names)):
             raise _err(f"{path}.mesh.axis_names",
                        f"one distinct non-empty name per mesh dim ({len(mesh_shape)}); got {axis_names!r}")
+        axis_types = mesh.get("axis_types")
+        if axis_types is not None and (
+                not isinstance(axis_types, list) or len(axis_types) != len(mesh_shape)
+                or not all(t in AXIS_TYPES for t in axis_types)):
+            raise _err(f"{path}.mesh.axis_types",
+                       f"one of {list(AXIS_TYPES)} per mesh dim ({len(mesh_shape)}); "
+                       f"got {axis_types!r}")
+        axis_types = None if axis_types is None else tuple(axis_types)
     mesh_shape, axis_names = tuple(mesh_shape), tuple(axis_names)
     inputs_raw = raw.get("inputs")
     if not isinstance(inputs_raw, list) or not inputs_raw:
@@ -258,7 +273,7 @@ def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) 
     grad = raw.get("grad", False)
     if not isinstance(grad, bool):
         raise _err(f"{path}.grad", f"true or false; got {grad!r}")
-    return Case(cid, op, mesh_shape, axis_names, tuple(inputs), kwargs, grad)
+    return Case(cid, op, mesh_shape, axis_names, tuple(inputs), kwargs, grad, axis_types)
 
 
 def check_signature(op: str, n_inputs: int, kwargs: Mapping[str, Any], path: str) -> None:
@@ -440,6 +455,8 @@ def generate_op_cases(op: Op) -> list[Case]:
     """The default cases of one op (deterministic)."""
     if op.group == "api":
         return _api_cases(op)
+    if op.group == "explicit":
+        return _explicit_cases(op)
     cases: list[Case] = []
     for mi, (mesh_tag, (mesh_shape, names)) in enumerate(MESHES.items()):
         for shape_set in op.shape_sets:
@@ -519,6 +536,25 @@ def _api_cases(op: Op) -> list[Case]:
                         cid = _make_id(op.name, mesh_tag, shape_set.tag, (spec,), variant)
                         cases.append(Case(cid, op.name, mesh_shape, names,
                                           (Input("array", shape, "float32", spec),), dict(variant)))
+    return cases
+
+
+def _explicit_cases(op: Op) -> list[Case]:
+    """An ``explicit`` op's fixed layout combinations on the ``2x4`` mesh
+    with both axes Explicit, per kwargs variant; the first combination of
+    the first variant of a differentiable op carries ``grad``."""
+    mesh_shape, names = MESHES["2x4"]
+    (shape_set,) = op.shape_sets
+    cases = []
+    for vi, kwargs in enumerate(op.variants):
+        for k, layouts in enumerate(op.fixed):
+            specs = tuple(parse_layout(list(lay), "fixed", names, len(shape))
+                          for lay, shape in zip(layouts, shape_set.shapes))
+            inputs = tuple(Input("array", shape, arg.dtype, spec, arg.domain)
+                           for shape, spec, arg in zip(shape_set.shapes, specs, op.args))
+            cid = _make_id(op.name, "2x4", "explicit", specs, kwargs)
+            cases.append(Case(cid, op.name, mesh_shape, names, inputs, dict(kwargs),
+                              op.grad and vi == 0 and k == 0, ("explicit",) * len(names)))
     return cases
 
 

@@ -90,6 +90,8 @@ def compare_placement(ref: dict, cand: dict, what: str) -> str | None:
                     f"describes; reference spec {_spec(ref['spec'])}")
         return f"{what}: not distributed (plain tensor); reference spec {_spec(ref['spec'])}"
     reasons = []
+    if ref.get("type") is not None and ref.get("type") != cand.get("type"):
+        reasons.append(f"typeof {cand.get('type')} != reference {ref['type']}")
     if [list(n) for n in ref["spec"]] != [list(n) for n in cand["spec"]]:
         reasons.append(f"spec {_spec(cand['spec'])} != reference {_spec(ref['spec'])}")
     rs, cs = ref.get("shards") or {}, cand.get("shards") or {}
@@ -225,7 +227,7 @@ def _brief(entry: dict | None) -> CaseSide | None:
     """What the HTML needs of one side: status, error, placements (no values)."""
     if entry is None:
         return None
-    keep = ("shape", "dtype", "spec", "shards", "pending", "rule")
+    keep = ("shape", "dtype", "spec", "shards", "pending", "rule", "type")
     return {"status": entry.get("status"), "error": entry.get("error"),
             "outputs": [{k: o.get(k) for k in keep} for o in entry.get("outputs", [])],
             "grads": [{**{k: g.get(k) for k in keep}, "input": g.get("input")}

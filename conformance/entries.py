@@ -32,6 +32,7 @@ class ErrorRecord(TypedDict):
 
 class _ArrayOptional(TypedDict, total=False):
     input: int  # a gradient: the index of the input it belongs to
+    type: str  # group ``explicit``: ``str(typeof(x))``, e.g. ``float32[8@data,16]``
 
 
 class ArrayRecord(_ArrayOptional):

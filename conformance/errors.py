@@ -46,6 +46,17 @@ FOREIGN_MESSAGES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("indivisible",
      re.compile(r"Cannot unflatten unevenly sharded tensor"),
      "DTensor: a reshape that splits a sharded dim unevenly (RuntimeError)"),
+    # JAX raises a plain ValueError where a typed value's sharding is not the
+    # one asked for on Explicit axes; parity raises ShardingTypeError there.
+    ("ambiguous-sharding",
+     re.compile(r"`with_sharding_constraint` acts as an assert when all axes of mesh are "
+                r"of type `Explicit`"),
+     ("JAX: with_sharding_constraint on Explicit axes to a sharding other than the "
+      "value's type (ValueError)")),
+    ("ambiguous-sharding",
+     re.compile(r"in_specs passed to shard_map: .* does not match the specs of the input"),
+     ("JAX: a shard_map argument whose type on Explicit axes is not its in_specs "
+      "(ValueError)")),
 )
 
 

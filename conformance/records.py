@@ -74,6 +74,12 @@ def run_case(case: dict[str, Any], execute: Callable[[dict[str, Any], Op], dict[
     return entry
 
 
+def spec_entries(layout: list[Any]) -> tuple[Any, ...]:
+    """A case-file layout as ``parity.P``'s arguments: ``["a", ["b", "c"], null]``
+    -> ``("a", ("b", "c"), None)``."""
+    return tuple(tuple(e) if isinstance(e, list) else e for e in layout)
+
+
 def layout_entries(layout: list[Any]) -> tuple[Any, ...]:
     """A case-file layout (``["data", null, ["a", "b"]]``) as
     ``parity.TensorLayout`` axes (``("data", None, ("a", "b"))``)."""
@@ -97,10 +103,12 @@ class CaseRunner(abc.ABC):
         """``{"outputs": [...], "grads": [...]}`` (and ``notes``) of ``case``."""
 
     def mesh(self, case: dict[str, Any]) -> parity.DeviceMesh:
-        """The case's mesh on the first devices of the backend."""
+        """The case's mesh on the first devices of the backend, with the
+        case's ``mesh.axis_types`` (absent: ``DeviceMesh``'s default)."""
         shape = tuple(case["mesh"]["shape"])
         devices = self.backend.list_devices()[: int(np.prod(shape))]
-        return parity.DeviceMesh(shape, tuple(case["mesh"]["axis_names"]), devices)
+        return parity.DeviceMesh(shape, tuple(case["mesh"]["axis_names"]), devices,
+                                 axis_types=case["mesh"].get("axis_types"))
 
     def layout(self, entries: list[Any], mesh: parity.DeviceMesh) -> parity.TensorLayout:
         """A case-file layout bound to ``mesh``."""

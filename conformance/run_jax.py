@@ -24,7 +24,7 @@ import numpy as np
 
 import parity
 from conformance.catalogue import Op
-from conformance.records import CaseRunner, array_record
+from conformance.records import CaseRunner, array_record, spec_entries
 from conformance.values import host_values
 
 
@@ -98,6 +98,11 @@ class JaxRunner(CaseRunner):
         hosts = host_values(case)
         if op.group == "api":
             return self._run_api(case, op, hosts)
+        if op.group == "explicit":
+            return self._run_explicit(case, op, hosts)
+        if case["mesh"].get("axis_types") is not None:
+            # The case's own axis types, on both sides: no auto rerun.
+            return self._run_op(case, op, hosts, None)
         try:
             return self._run_op(case, op, hosts, "explicit")
         except Exception as err:  # noqa: BLE001 - decided by the auto rerun below
@@ -117,6 +122,10 @@ class JaxRunner(CaseRunner):
         jax = self.jax
         pmesh = self.mesh(case)
         mesh = self.ref.to_jax_mesh(pmesh, axis_types)
+        own = axis_types is None  # the case's mesh.axis_types
+        if own:
+            axis_types = ("explicit" if all(t is parity.AxisType.Explicit for t in pmesh.axis_types)
+                          else "auto")
         rule = "typed" if axis_types == "explicit" else "chosen"
         kwargs = dict(case.get("kwargs", {}))
         arrays, slots = [], []  # traced operands and where they go
@@ -128,8 +137,10 @@ class JaxRunner(CaseRunner):
             if item.get("layout") is None:
                 arrays.append(host)
             else:
-                arrays.append(self.ref.distribute_tensor(
-                    host, self.layout(item["layout"], pmesh), axis_types=axis_types))
+                arrays.append(jax.device_put(host, jax.sharding.NamedSharding(
+                    mesh, self.ref.to_partition_spec(self.layout(item["layout"], pmesh).spec)))
+                    if own else self.ref.distribute_tensor(
+                        host, self.layout(item["layout"], pmesh), axis_types=axis_types))
         float_args = tuple(k for k, a in enumerate(arrays)
                            if np.issubdtype(np.dtype(a.dtype), np.floating))
         want_grad = bool(case.get("grad")) and op.grad and bool(float_args)
@@ -202,6 +213,38 @@ class JaxRunner(CaseRunner):
 
         self._programs[key] = both
         return both
+
+    def _run_explicit(self, case, op, hosts) -> dict[str, Any]:
+        """Group ``explicit``: eager, under ``set_mesh`` of the case's mesh
+        (its own axis types), operands by ``device_put(host, P(...))``;
+        every output and gradient records ``str(typeof(x))``."""
+        jax, jnp, ref = self.jax, self.jnp, self.ref
+        pmesh = self.mesh(case)
+        kwargs = dict(case.get("kwargs", {}))
+        if "target" in kwargs:
+            kwargs["target"] = spec_entries(kwargs["target"])
+        fn = op.compile("jax", {**self.ns, "P": parity.P}, list(kwargs))
+        with ref.set_mesh(pmesh):
+            arrays = [ref.device_put(h, parity.P(*spec_entries(item["layout"])))
+                      for item, h in zip(case["inputs"], hosts)]
+            leaves = jax.tree_util.tree_leaves(fn(*arrays, **kwargs))
+            grads = ()
+            if case.get("grad") and op.grad:
+                def total(*xs):
+                    return sum(jnp.sum(v) for v in jax.tree_util.tree_leaves(fn(*xs, **kwargs)))
+                grads = jax.grad(total, argnums=tuple(range(len(arrays))))(*arrays)
+        outputs = [self._typed(v) for v in leaves]
+        grad_recs = []
+        for i, g in enumerate(grads):
+            rec = self._typed(g)
+            rec["input"] = i
+            grad_recs.append(rec)
+        return {"outputs": outputs, "grads": grad_recs}
+
+    def _typed(self, x) -> dict[str, Any]:
+        rec = array_record(np.asarray(x), self._placement(x), "typed")
+        rec["type"] = str(self.ref.typeof(x))
+        return rec
 
     def _run_api(self, case, op, hosts) -> dict[str, Any]:
         pmesh = self.mesh(case)

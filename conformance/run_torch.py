@@ -32,7 +32,7 @@ import torch
 
 import parity
 from conformance.catalogue import Op
-from conformance.records import CaseRunner, array_record
+from conformance.records import CaseRunner, array_record, spec_entries
 from conformance.values import host_values
 
 
@@ -82,6 +82,8 @@ class TorchRunner(CaseRunner):
         return distribute_tensor(self.host_tensor(host), self.ti.to_torch_mesh(mesh), placements)
 
     def _execute(self, case: dict[str, Any], op: Op) -> dict[str, Any]:
+        if op.group == "explicit":
+            return self._run_explicit(case, op)
         mesh = self.mesh(case)
         kwargs = dict(case.get("kwargs", {}))
         if "target" in kwargs:
@@ -111,6 +113,43 @@ class TorchRunner(CaseRunner):
             rec["input"] = index
             grads.append(rec)
         return {"outputs": outputs, "grads": grads}
+
+    def _run_explicit(self, case: dict[str, Any], op: Op) -> dict[str, Any]:
+        """Group ``explicit``: under ``set_mesh`` of the case's mesh (its own
+        axis types), operands by ``device_put(host, P(...))``, the op through
+        ``call`` (so the compiled column compiles it); every output and
+        gradient records ``str(typeof(x))``. The raw column has no typeof:
+        it reports these ``unsupported``."""
+        if self.raw:
+            raise parity.UnsupportedOpError(
+                f"plain DTensor has no explicit sharding types ({op.name}); parity provides them",
+                op=op.name, reason="no DTensor equivalent")
+        mesh = self.mesh(case)
+        kwargs = dict(case.get("kwargs", {}))
+        if "target" in kwargs:
+            kwargs["target"] = spec_entries(kwargs["target"])
+        want_grad = bool(case.get("grad")) and op.grad
+        fn = op.compile("torch", _explicit_namespace(self.ns), list(kwargs))
+        with self.ti.set_mesh(mesh):
+            args = []
+            for item, host in zip(case["inputs"], host_values(case)):
+                x = self.ti.device_put(host, parity.P(*spec_entries(item["layout"])))
+                args.append(x.detach().requires_grad_(True) if want_grad else x)
+            leaves = self.call(fn, args, kwargs, want_grad)
+        outputs = [self._typed(o) for o in leaves]
+        grads = []
+        for index, leaf in enumerate(args if want_grad else ()):
+            if leaf.grad is None:
+                raise RuntimeError(f"backward left no gradient for input {index}")
+            rec = self._typed(leaf.grad)
+            rec["input"] = index
+            grads.append(rec)
+        return {"outputs": outputs, "grads": grads}
+
+    def _typed(self, x) -> dict[str, Any]:
+        rec = self.record(x)
+        rec["type"] = str(self.ti.typeof(x))
+        return rec
 
     def call(self, fn, args: list, kwargs: dict, grad: bool) -> list:
         """The op's outputs as a list; with ``grad``, ``sum(outputs)`` is
@@ -149,6 +188,23 @@ class TorchRunner(CaseRunner):
         if local_tensors is not None:  # LocalTensor (simulated ranks): rank 0's copy
             full = local_tensors[min(local_tensors)]
         return full.detach().cpu().numpy()
+
+
+def _explicit_namespace(ns: dict) -> dict:
+    """``ns`` and ``P`` as the globals of a real module (registered in
+    ``sys.modules``): dynamo (the compiled column) looks the globals of the
+    body lambda a ``shard_map`` expression defines up through its
+    ``__name__``."""
+    import sys
+    import types
+
+    name = "conformance._explicit_expressions"
+    module = sys.modules.get(name)
+    if module is None:
+        module = sys.modules[name] = types.ModuleType(name)
+    module.__dict__.update(ns)
+    module.P = parity.P
+    return module.__dict__
 
 
 def raw_placements(layout) -> list:

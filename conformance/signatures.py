@@ -25,6 +25,9 @@ from conformance.catalogue import OPS, Op
 from conformance.values import DTYPES
 
 SCHEMA_ID = "https://parity.invalid/case-file.schema.json"
+# A case mesh's optional ``axis_types`` (``parity.AxisType`` values, JAX's
+# names lower-cased); absent: today's behaviour (see ``cases.Case``).
+AXIS_TYPES = ("explicit", "auto", "manual")
 
 LAYOUT_SCHEMA: dict[str, Any] = {
     "type": "array",
@@ -187,7 +190,9 @@ def json_schema() -> dict[str, Any]:
                      "properties": {"shape": {"type": "array", "minItems": 1,
                                               "items": {"type": "integer", "minimum": 1}},
                                     "axis_names": {"type": "array",
-                                                   "items": {"type": "string", "minLength": 1}}},
+                                                   "items": {"type": "string", "minLength": 1}},
+                                    "axis_types": {"type": "array",
+                                                   "items": {"enum": list(AXIS_TYPES)}}},
                      "additionalProperties": False},
             "inputs": {"type": "array", "minItems": 1, "items": input_schema},
             "kwargs": {"type": "object"},

@@ -182,3 +182,20 @@ def test_value_encoding_is_exact(array):
     assert np.array_equal(back, array)
     with pytest.raises(ValueError, match="malformed"):
         decode("nope")
+
+
+def test_mesh_axis_types_are_optional_and_round_trip(tmp_path):
+    (plain,) = parse_cases(GOOD)
+    assert plain.axis_types is None and "axis_types" not in plain.to_json()["mesh"]
+    (typed,) = parse_cases(_with(["mesh", "axis_types"], ["explicit", "auto"]))
+    assert typed.axis_types == ("explicit", "auto")
+    assert typed.to_json()["mesh"]["axis_types"] == ["explicit", "auto"]
+    path = tmp_path / "typed.json"
+    path.write_text(json.dumps({"cases": [typed.to_json()]}))
+    assert load_case_file(path, check_shapes=False) == [typed]
+
+
+@pytest.mark.parametrize("value", [["explicit"], ["explicit", "sideways"], "explicit"])
+def test_bad_mesh_axis_types_name_the_field(value):
+    with pytest.raises(CaseFileError, match=r"cases\[0\]\.mesh\.axis_types"):
+        parse_cases(_with(["mesh", "axis_types"], value))

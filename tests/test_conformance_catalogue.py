@@ -27,7 +27,8 @@ def test_catalogue_names_every_required_op_once():
     assert len(OPS) == len({op.name for op in OPS.values()})
 
 
-@pytest.mark.parametrize("name", [n for n, op in OPS.items() if op.group != "api"])
+@pytest.mark.parametrize("name", [n for n, op in OPS.items()
+                                  if op.group not in ("api", "explicit")])  # these need a mesh
 def test_each_op_s_jax_and_torch_expressions_agree_on_unsharded_inputs(name):
     """Both expressions of every op and kwargs variant, evaluated on the same
     host values without any mesh: a typo or a wrong argument mapping in the
@@ -80,7 +81,7 @@ def test_default_catalogue_has_at_least_1500_cases_with_unique_ids(cases):
 def test_default_cases_cover_every_op_on_every_mesh(cases):
     seen = {(c.op, c.mesh_tag) for c in cases}
     for op in OPS:
-        for mesh in MESHES:
+        for mesh in MESHES if OPS[op].group != "explicit" else ("2x4",):
             assert (op, mesh) in seen, (op, mesh)
 
 
@@ -145,3 +146,26 @@ def test_parity_ops_prints_expressions_with_brackets_intact(capsys):
     assert main(["ops"]) == 0
     out = capsys.readouterr().out
     assert "jnp.concatenate([a, b], axis=axis)" in out
+
+
+# ------------------------------------------------- Explicit axes (issue 26)
+
+LAX = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
+       "all_to_all", "axis_index")
+
+
+def test_the_explicit_family_is_small_and_covers_each_lax_collective(cases):
+    explicit = [c for c in cases if OPS[c.op].group == "explicit"]
+    assert len(explicit) == 37
+    assert all(c.mesh_tag == "2x4" and c.axis_types == ("explicit", "explicit")
+               for c in explicit)
+    assert all(c.axis_types is None for c in cases if OPS[c.op].group != "explicit")
+    ops = {c.op for c in explicit}
+    assert {f"shard_map_{name}" for name in LAX} | {
+        "explicit_matmul", "explicit_einsum", "explicit_add", "explicit_reshard",
+        "explicit_with_sharding_constraint"} == ops
+    graded = {c.op for c in explicit if c.grad}
+    # JAX defines no gradient for pmax / pmin.
+    assert graded == ops - {"shard_map_pmax", "shard_map_pmin"}
+    assert "B.lax.psum(x, 'model')" in OPS["shard_map_psum"].jax
+

@@ -55,10 +55,31 @@ def test_dtensor_uneven_unflatten_is_indivisible():
     assert categorize(RuntimeError(message)) == "indivisible"
 
 
+# JAX 0.10.2's own messages, as the catalogue's explicit cases record them
+# (explicit_with_sharding_constraint, shard_map_psum on a replicated operand).
+def test_jax_with_sharding_constraint_assert_on_explicit_axes_is_ambiguous_sharding():
+    message = ("`with_sharding_constraint` acts as an assert when all axes of mesh are of type "
+               "`Explicit`. The array sharding: P(None, None) did not match the sharding "
+               "provided: P('data', None). Please use `jax.sharding.reshard` to shard your "
+               "input to the sharding you want.")
+    assert categorize(ValueError(message)) == "ambiguous-sharding"
+
+
+def test_jax_shard_map_argument_not_its_in_specs_is_ambiguous_sharding():
+    message = ("in_specs passed to shard_map: P('data', 'model') does not match the specs of "
+               "the input: P(None, None) for arg: float32[8,16]. `in_specs` is an optional "
+               "argument so you can omit specifying it and shard_map will infer the in_specs "
+               "from the arguments.")
+    assert categorize(ValueError(message)) == "ambiguous-sharding"
+
+
 def test_every_known_library_message_has_a_test_here():
     tested = {"got mixed torch\\.Tensor and DTensor",
               "in-place operations that require placement changes are not supported",
-              "Cannot unflatten unevenly sharded tensor"}
+              "Cannot unflatten unevenly sharded tensor",
+              ("`with_sharding_constraint` acts as an assert when all axes of mesh are "
+               "of type `Explicit`"),
+              "in_specs passed to shard_map: .* does not match the specs of the input"}
     assert {pattern.pattern for _, pattern, _ in FOREIGN_MESSAGES} == tested
 
 

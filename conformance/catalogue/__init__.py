@@ -10,6 +10,7 @@ side, all in this package, one module per family:
 | ``shape``     | shape               | data movement, indexing, gather and scatter   |
 | ``nn``        | nn                  | softmax, norms, losses, convolution, attention |
 | ``api``       | api                 | SPEC's API functions through backend module ``B`` |
+| ``explicit``  | explicit            | Explicit axes, ``reshard``, ``shard_map`` + ``lax`` |
 
 Each family module's ``OPS`` holds its broad entries (several shape sets,
 indivisible shapes, larger budgets) and its JAX twins of PyTorch OpInfo ops
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import difflib
 
-from conformance.catalogue import api, elementwise, linalg, nn, reductions, shape
+from conformance.catalogue import api, elementwise, explicit, linalg, nn, reductions, shape
 from conformance.catalogue.entry import (GRAD_CLASS, TOLERANCES, TWIN_BUDGET, Arg, Op, ShapeSet,
                                          tolerance)
 
@@ -28,8 +29,8 @@ __all__ = ["API_FUNCTIONS", "FAMILIES", "GRAD_CLASS", "GROUPS", "OPS", "TOLERANC
            "TWIN_BUDGET", "Arg", "DuplicateOpError", "Op", "ShapeSet", "closest_ops", "get_op",
            "tolerance", "unknown_op"]
 
-FAMILIES = (elementwise, reductions, linalg, shape, nn, api)
-GROUPS = ("unary", "binary", "reduction", "linalg", "shape", "nn", "api")
+FAMILIES = (elementwise, reductions, linalg, shape, nn, api, explicit)
+GROUPS = ("unary", "binary", "reduction", "linalg", "shape", "nn", "api", "explicit")
 
 
 class DuplicateOpError(ValueError):

@@ -96,7 +96,8 @@ class Op:
     class. ``grad``: differentiable in its floating inputs. ``mixed``: also
     generate cases where the last operand is a host array or a Python scalar.
     ``budget``: layout combinations per (mesh, shape set, variant) before
-    stratified sampling.
+    stratified sampling. ``fixed``: the layout combinations of an
+    ``explicit`` op (run on the ``2x4`` mesh with Explicit axes).
     """
 
     name: str
@@ -112,6 +113,9 @@ class Op:
     budget: tuple[int, int, int] = (3, 6, 6)  # per mesh (8,), (2,4), (2,2,2)
     raw_torch: str | None = None  # raw DTensor expression where it differs
     doc: str = ""
+    # Fixed layout combinations (one case-file layout list per input) instead
+    # of sampled ones; group ``explicit`` only (``catalogue.explicit``).
+    fixed: tuple[tuple[tuple[str | None, ...], ...], ...] = ()
 
     def compile(self, backend: str, namespace: Mapping[str, Any],
                 kwarg_names: Sequence[str], raw: bool = False) -> Callable[..., Any]:

@@ -38,6 +38,8 @@ from parity.errors import LayoutError, ShardingTypeError, UnsupportedOpError
 from parity.layout import Spec, TensorLayout, entry_from_names
 from parity.mesh import DeviceMesh
 from parity.partition_spec import PartitionSpec
+from parity.axis_types import AxisType
+from parity.torch_impl.semantics import axis_overrides
 from parity.torch_impl.layouts import meshes
 from parity.torch_impl.arrays.distribute import distribute_tensor
 from parity.torch_impl.explicit import manual
@@ -123,6 +125,7 @@ def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out
                 layout.check_shape(tuple(value.shape))
                 if value.device_mesh != torch_mesh:
                     raise LayoutError(f"shard_map argument {i} lives on another mesh.", what="args", value=i)
+                _check_explicit_type(value, spec, i)
                 guard = value.requires_grad and value.is_leaf
                 value = redistribute.redistribute_to(resolve_pending(value), spec, guard=guard)
             else:
@@ -166,6 +169,27 @@ def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out
         return tree_unflatten(results, tree)
 
     return mapped
+
+
+def _check_explicit_type(value: DTensor, spec: Spec, i: int) -> None:
+    """On the mesh's Explicit axes an argument's type must already be its
+    ``in_specs`` entry, as JAX asks (no implicit reshard of a typed value).
+    Raises ``ShardingTypeError`` naming both and the ``reshard`` that fixes it."""
+    mesh = axis_overrides.effective(meshes.to_parity_mesh(value.device_mesh))
+    explicit = set(mesh.axes_of_type(AxisType.Explicit))
+    if not explicit:
+        return
+    have, _ = S.spec_and_pending(value)
+
+    def typed(sp: Spec) -> Spec:
+        return tuple(tuple(n for n in names if n in explicit) for names in sp)
+
+    if typed(have) != typed(spec):
+        raise ShardingTypeError(
+            f"shard_map argument {i}: its type {_p(have)} does not match in_specs[{i}] "
+            f"{_p(spec)} on the Explicit mesh axes {sorted(explicit)}. "
+            f"Fix: reshard(x, {_p(spec)}) before the shard_map.",
+            op="shard_map", specs=(have, spec), fix=f"reshard(x, {_p(spec)})")
 
 
 def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:

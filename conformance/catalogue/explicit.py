@@ -1,0 +1,83 @@
+"""JAX's explicit-sharding model (issue 26), group ``explicit``: ops on a
+mesh whose axes are ``Explicit`` (the case's ``mesh.axis_types``), operands
+placed by ``B.device_put(a, P(...))`` under ``B.set_mesh(mesh)``, the output
+sharding being the operands' *type* (``B.typeof``), and ``shard_map``
+bodies with each ``B.lax`` collective. ``B`` is the backend module
+(``parity.jax_ref`` / ``parity.torch_impl``), ``P`` is ``parity.P``: the
+same expression runs on both sides.
+
+Each op carries its own layout combinations (``Op.fixed``): the consistent
+ones whose output type JAX fixes, and the inconsistent ones JAX refuses with
+its ``ShardingTypeError`` (``ambiguous-sharding`` on both sides). The cases
+run on the ``2x4`` mesh (``("data", "model")``, both axes Explicit).
+"""
+
+from __future__ import annotations
+
+from conformance.catalogue.entry import F32, Op, ShapeSet
+
+# Layout combinations (per input; case-file layout lists).
+DM, MR, RM, DR, RR = ("data", "model"), ("model", None), (None, "model"), ("data", None), (None, None)
+IN = "P('data', 'model')"
+
+
+def _shard_map(body: str, out_specs: str) -> str:
+    return f"B.shard_map(lambda x: {body}, in_specs={IN}, out_specs={out_specs})(a)"
+
+
+def _explicit() -> list[Op]:
+    ops: list[Op] = []
+
+    def op(name, expr, args, shapes, fixed, tol="elementwise", grad=True, variants=({},),
+           doc="", torch=None):
+        ops.append(Op(name, "explicit", expr, torch or expr, args, (ShapeSet("div", shapes),), variants,
+                      tol=tol, grad=grad, budget=(0, len(fixed), 0), fixed=fixed, doc=doc))
+
+    # Explicit variants of existing ops: consistent and inconsistent shardings.
+    op("explicit_matmul", "a @ b", (F32, F32), ((8, 16), (16, 8)),
+       ((DR, RR), (DR, RM), (RM, MR), (DM, MR), (RR, RM)), tol="matmul",
+       doc="a @ b on Explicit axes: the output type follows the operands' types; a "
+           "contraction over a sharded dim is JAX's ShardingTypeError")
+    op("explicit_einsum", "jnp.einsum('ij,jk->ik', a, b)", (F32, F32), ((8, 16), (16, 8)),
+       ((DR, RM), (DM, MR), (RR, RR)), tol="matmul", torch="torch.einsum('ij,jk->ik', a, b)",
+       doc="einsum on Explicit axes (same rules as matmul)")
+    op("explicit_add", "a + b", (F32, F32), ((8, 16), (8, 16)),
+       ((DM, DM), (DR, DR), (DR, RR), (DR, RM), (DM, RM), (MR, DR)),
+       doc="a + b on Explicit axes: equal types, a replicated dim meets a sharded one, "
+           "or two different shardings of one dim (ShardingTypeError)")
+    # reshard / with_sharding_constraint to a target layout (kwargs.target).
+    op("explicit_reshard", "B.reshard(a * 1.0, P(*target))", (F32,), ((8, 16),),
+       ((DM,), (DR,), (RR,)), tol="exact",
+       variants=({"target": list(RM)}, {"target": list(MR)}, {"target": list(RR)}),
+       doc="B.reshard to kwargs.target: the result's type is the target's, the "
+           "gradient's the operand's")
+    # On a mesh whose axes are all Explicit, with_sharding_constraint is an
+    # assert (JAX): the operand's type must already be the target.
+    op("explicit_with_sharding_constraint", "B.with_sharding_constraint(a * 1.0, P(*target))",
+       (F32,), ((8, 16),), ((DR,), (RR,)), tol="exact",
+       variants=({"target": list(DR)}, {"target": list(RR)}),
+       doc="B.with_sharding_constraint on Explicit axes: an assert that the type is "
+           "kwargs.target (a different one is an error on both sides)")
+    # shard_map bodies with each lax collective (in_specs P('data', 'model')).
+    bodies = {
+        "psum": ("B.lax.psum(x, 'model')", "P('data', None)", True),
+        "pmean": ("B.lax.pmean(x, 'model')", "P('data', None)", True),
+        "pmax": ("B.lax.pmax(x, 'model')", "P('data', None)", False),
+        "pmin": ("B.lax.pmin(x, 'data')", "P(None, 'model')", False),
+        "all_gather": ("B.lax.all_gather(x, 'model', axis=1, tiled=True)", IN, True),
+        "psum_scatter": ("B.lax.psum_scatter(x, 'model', scatter_dimension=0, tiled=True)",
+                         IN, True),
+        "ppermute": ("B.lax.ppermute(x, 'model', [(0, 1), (1, 2), (2, 3), (3, 0)])", IN, True),
+        "all_to_all": ("B.lax.all_to_all(x, 'model', 0, 1, tiled=True)", IN, True),
+        "axis_index": ("x * B.lax.axis_index('model')", IN, True),
+    }
+    for name, (body, out_specs, grad) in bodies.items():
+        # psum also meets an operand whose type is not in_specs (an error).
+        op(f"shard_map_{name}", _shard_map(body, out_specs), (F32,), ((8, 16),),
+           ((DM,), (RR,)) if name == "psum" else ((DM,),), tol="reduction", grad=grad,
+           doc=f"shard_map over P('data', 'model') whose body is {body}"
+               + ("" if grad else " (JAX defines no gradient)"))
+    return ops
+
+
+OPS: tuple[Op, ...] = tuple(_explicit())

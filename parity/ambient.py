@@ -36,7 +36,7 @@ def set_mesh(mesh: DeviceMesh) -> Iterator[DeviceMesh]:
         raise LayoutError(
             f"set_mesh needs a parity.DeviceMesh, got {type(mesh).__name__}: {mesh!r}. "
             "Fix: parity.make_mesh(shape, names) or parity.DeviceMesh(...).",
-                          what="mesh", value=mesh)
+            what="mesh", value=mesh)
     _stack.meshes.append(mesh)
     try:
         yield mesh
@@ -62,7 +62,7 @@ def to_layout(spec_or_layout: object, ndim: int, what: str) -> TensorLayout:
             raise LayoutError(
                 f"{what}: layout {spec_or_layout.axes} has {spec_or_layout.rank} entries but "
                 f"the array has rank {ndim}. Fix: one entry per dim.",
-                              what=what, value=spec_or_layout)
+                what=what, value=spec_or_layout)
         return spec_or_layout
     if isinstance(spec_or_layout, PartitionSpec):
         mesh = get_mesh()
@@ -70,9 +70,9 @@ def to_layout(spec_or_layout: object, ndim: int, what: str) -> TensorLayout:
             raise LayoutError(
                 f"{what}: {spec_or_layout!r} needs an ambient mesh. Fix: run inside "
                 "`with backend.set_mesh(mesh):`, or pass parity.TensorLayout(axes, mesh).",
-                              what=what, value=spec_or_layout)
+                what=what, value=spec_or_layout)
         return TensorLayout.from_spec(spec_or_layout.spec_for(ndim), mesh)
     raise LayoutError(
         f"{what}: expected a parity.P(...) or a parity.TensorLayout, got "
         f"{type(spec_or_layout).__name__}: {spec_or_layout!r}.",
-                      what=what, value=spec_or_layout)
+        what=what, value=spec_or_layout)

@@ -48,13 +48,13 @@ def normalize_axis_types(axis_types: object, ndim: int) -> tuple[AxisType, ...]:
         raise LayoutError(
             f"axis_types={axis_types!r} is not an AxisType or a sequence of them. "
             "Fix: e.g. axis_types=(parity.AxisType.Explicit,) * mesh_rank.",
-                          what="axis_types", value=axis_types)
+            what="axis_types", value=axis_types)
     types = tuple(_one(t) for t in axis_types)
     if len(types) != ndim:
         raise LayoutError(
             f"axis_types={axis_types!r} has {len(types)} entries for a mesh of {ndim} "
             f"axes. Fix: give one AxisType per mesh axis.",
-                          what="axis_types", value=axis_types)
+            what="axis_types", value=axis_types)
     return types
 
 
@@ -68,4 +68,4 @@ def _one(value: object) -> AxisType:
     raise LayoutError(
         f"{value!r} is not an axis type. Fix: use parity.AxisType.Explicit, .Auto or "
         ".Manual (or their names).",
-                      what="axis_types", value=value)
+        what="axis_types", value=value)

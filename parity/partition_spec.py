@@ -46,7 +46,7 @@ class PartitionSpec:
                     raise LayoutError(
                         f"Mesh axis {name!r} is used twice in P{tuple(entries)}; each mesh "
                         "axis may shard at most one dim.",
-                                      what="spec", value=tuple(entries))
+                        what="spec", value=tuple(entries))
                 seen.add(name)
         object.__setattr__(self, "_spec", spec)
         object.__setattr__(self, "_entries", tuple(entry_from_names(n) for n in spec))
@@ -76,7 +76,7 @@ class PartitionSpec:
             raise LayoutError(
                 f"{self!r} has {len(self._spec)} entries but the array has rank {ndim}. "
                 "Fix: give at most one entry per dim.",
-                              what="spec", value=self)
+                what="spec", value=self)
         return self._spec + ((),) * (ndim - len(self._spec))
 
     def __eq__(self, other: object) -> bool:

@@ -227,6 +227,18 @@ class _PSumScatter(torch.autograd.Function):
         return _gather(ct, dim, scope, name), None, None, None, None
 
 
+def _check_chunks(op: str, what: str, x: torch.Tensor, dim: int, size: int, name: str,
+                  tiled: bool) -> None:
+    """Raise ``LayoutError`` unless dim ``dim`` of ``x`` splits into one chunk
+    per rank of axis ``name`` (``size`` ranks): divisible when ``tiled``, else
+    exactly ``size`` long (JAX's rule for psum_scatter and all_to_all)."""
+    if (tiled and x.shape[dim] % size) or (not tiled and x.shape[dim] != size):
+        raise LayoutError(
+            f"{op}: {what} {dim} of size {x.shape[dim]} "
+            f"{'does not divide by' if tiled else 'is not'} the size {size} of axis {name!r}.",
+            what=what, value=dim)
+
+
 def psum_scatter(x: torch.Tensor, axis_name: str, *, scatter_dimension: int = 0,
                  tiled: bool = False) -> torch.Tensor:
     """The sum over the ranks along ``axis_name``, each rank keeping its
@@ -238,11 +250,7 @@ def psum_scatter(x: torch.Tensor, axis_name: str, *, scatter_dimension: int = 0,
     manual.axis_group(scope, name)
     size = scope.mesh.axis_size(name)
     dim = _dim(scatter_dimension, x.ndim, "psum_scatter")
-    if (tiled and x.shape[dim] % size) or (not tiled and x.shape[dim] != size):
-        raise LayoutError(
-            f"psum_scatter: dim {dim} of size {x.shape[dim]} "
-            f"{'does not divide by' if tiled else 'is not'} the size {size} of axis {name!r}.",
-                          what="scatter_dimension", value=dim)
+    _check_chunks("psum_scatter", "scatter_dimension", x, dim, size, name, tiled)
     x = _varying_in(x, (name,), scope)
     with torch._C.DisableTorchFunction():
         out = _PSumScatter.apply(x, name, dim, tiled, scope)
@@ -292,7 +300,7 @@ def ppermute(x: torch.Tensor, axis_name: str, perm: Sequence[tuple[int, int]]) -
         raise LayoutError(
             f"ppermute: perm={perm!r} must pair distinct sources with distinct destinations "
             f"in [0, {n}) (the size of axis {name!r}).",
-                          what="perm", value=perm)
+            what="perm", value=perm)
     x = _varying_in(x, (name,), scope)
     with torch._C.DisableTorchFunction():
         out = _PPermute.apply(x, name, pairs, scope)
@@ -340,11 +348,7 @@ def all_to_all(x: torch.Tensor, axis_name: str, split_axis: int, concat_axis: in
     n = scope.mesh.axis_size(name)
     split = _dim(split_axis, x.ndim, "all_to_all")
     concat = _dim(concat_axis, x.ndim, "all_to_all")
-    if (tiled and x.shape[split] % n) or (not tiled and x.shape[split] != n):
-        raise LayoutError(
-            f"all_to_all: split_axis {split} of size {x.shape[split]} "
-            f"{'does not divide by' if tiled else 'is not'} the size {n} of axis {name!r}.",
-                          what="split_axis", value=split)
+    _check_chunks("all_to_all", "split_axis", x, split, n, name, tiled)
     x = _varying_in(x, (name,), scope)
     with torch._C.DisableTorchFunction():
         out = _AllToAll.apply(x, name, split, concat, tiled, scope)

@@ -97,7 +97,7 @@ def axis_group(scope: Scope, name: str) -> tuple[Any, int]:
         raise LayoutError(
             f"Mesh axis {name!r} is not a manual axis of this shard_map; its manual axes are "
             f"{scope.manual}. Fix: name one of them (or add it to axis_names).",
-                          what="axis_name", value=name)
+            what="axis_name", value=name)
     return scope.torch_mesh, scope.mesh.axis_index(name)
 
 

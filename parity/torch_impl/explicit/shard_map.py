@@ -78,7 +78,7 @@ def _broadcast(specs: Any, values: list, what: str) -> list:
     raise LayoutError(
         f"{what}={specs!r} does not match {len(values)} value(s). Fix: one P for all, or "
         "a tuple with one P per value.",
-                      what=what, value=specs)
+        what=what, value=specs)
 
 
 def _p(spec: Spec) -> str:

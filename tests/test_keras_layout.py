@@ -229,3 +229,15 @@ def test_torch_local_storage_equals_the_report_and_a_dead_key_warns_once():
     assert "feedforward_intermediate_dense/kernel" in message
     assert results["jax"]["warnings"] == []
     assert results["jax"]["losses"] == pytest.approx(torch["losses"], rel=1e-5)
+
+
+def test_the_docs_example_runs(tmp_path):
+    """docs/keras-hub.md's example, as written, on torch + parity."""
+    text = (ROOT / "docs" / "keras-hub.md").read_text()
+    block = text.split("## Example", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "example.py"
+    script.write_text(block)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         env=child_env(KERAS_BACKEND="torch"), cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "largest device" in out.stdout

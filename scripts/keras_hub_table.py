@@ -66,7 +66,7 @@ def render(results: dict) -> str:
              "(of the model's) | GQA/MoE fallback layouts | equal to JAX after 2 steps |",
              "|---|---|---|---|---|"]
     runs = results.get("runs", {})
-    for family, d in results["derived"].items():
+    for family, d in sorted(results["derived"].items()):
         lines.append(f"| {family} | {d['sharded_fraction']:.1%} | {d['device_bytes']:,} "
                      f"({d['total_bytes']:,}) | {d['fallback_notes']} | "
                      f"{equal_cell(runs, family)} |")

@@ -84,8 +84,11 @@ def finish(proc: subprocess.Popen) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def runs(request):
+    # Only this module's selected configs (test_keras_hub.py's tests are
+    # parametrized by "config" too: gemma:2x4 there is not gemma:2x4 here).
     selected = [item.callspec.params["config"] for item in request.session.items
-                if hasattr(item, "callspec") and "config" in item.callspec.params]
+                if item.module is request.module and hasattr(item, "callspec")
+                and "config" in item.callspec.params]
     configs = [c for c in CONFIGS if c in selected] or CONFIGS
     halves = [h for h in (configs[0::2], configs[1::2]) if h]
     procs = [launch("jax", configs)] + [launch("torch", h) for h in halves]

@@ -44,6 +44,9 @@ def run(backend, family, mesh_text, steps):
     task_name, backbone_name, kwargs = FAMILIES[family]
     backbone_cls = getattr(keras_hub.models, backbone_name)
     mesh_shape = tuple(int(s) for s in mesh_text.split("x"))
+    # Fresh layer-name counters: a config's variable paths (moe_block_2 ...)
+    # must not depend on the configs this process ran before it.
+    keras.backend.clear_session()
     keras.utils.set_random_seed(0)
     mesh = keras.distribution.DeviceMesh(mesh_shape, ("batch", "model"),
                                          keras.distribution.list_devices())
@@ -53,7 +56,8 @@ def run(backend, family, mesh_text, steps):
                                                     batch_dim_name="batch")
     x, y, sw = data(family, steps)
     with distribution.scope():
-        task = getattr(keras_hub.models, task_name)(backbone_cls(**kwargs), preprocessor=None)
+        task = getattr(keras_hub.models, task_name)(backbone=backbone_cls(**kwargs),
+                                                    preprocessor=None)
         task.compile(optimizer=keras.optimizers.Adam(1e-2),
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         task.set_weights(initial_weights(task))

@@ -109,8 +109,10 @@ def main():
                 result = run(backend, family, mesh_text, args.steps)
             except Exception as err:  # noqa: BLE001 - reported per config, as one line
                 traceback.print_exc()
+                lines = [x.strip() for x in str(err).splitlines() if x.strip()]
+                cause = [x for x in lines[1:] if "aten." in x or "Error" in x][:1]
                 result = {"config": config, "backend": backend,
-                          "error": f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"}
+                          "error": f"{type(err).__name__}: " + " | ".join(lines[:1] + cause)[:400]}
             sys.stdout.write("HUB_RESULT " + json.dumps(result) + "\n")
             sys.stdout.flush()
 

@@ -161,6 +161,11 @@ def _wrap_make(name):
 
     @functools.wraps(original)
     def make(self, force=False):
+        distribution = _distribution()
+        if distribution is not None:  # issue 27: a key that lays out nothing warns
+            from parity.torch_impl.keras.layout_check import warn_unmatched_keys
+
+            warn_unmatched_keys(self, distribution)
         original(self, force=force)
         fn = getattr(self, attr)
         if fn is not None and not getattr(fn, "_parity_mixing", False):

@@ -1,0 +1,130 @@
+"""Train a tiny random keras-hub decoder LLM under the layout map
+``parity.keras_layout.layout_map_for`` derives, and print the result as
+JSON (issue 27's test matrix).
+
+    KERAS_BACKEND=torch python tests/keras_support/hub_matrix_driver.py --configs mistral:2x4
+
+Each family comes from ``hub_families.FAMILIES``; the map is derived from
+the abstract model (no weights), then the model is built under
+``ModelParallel`` with it. Both backends start from the same numpy weights
+and batches (``hub_driver``'s ``data`` and ``initial_weights``). One
+``HUB_RESULT`` line per config: losses, step times, final weights, each
+weight's spec as the backend sees it and as the map asked, the report's
+sharded fraction and largest device's bytes; or ``error`` (one line) when
+the family cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+
+import numpy as np
+
+
+def parse():
+    p = argparse.ArgumentParser()
+    p.add_argument("--configs", default="llama:2x4", help="comma-separated FAMILY:MESH")
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--devices", type=int, default=8)
+    return p.parse_args()
+
+
+def run(backend, family, mesh_text, steps):
+    import keras
+    import keras_hub
+
+    from hub_driver import BATCH, data, initial_weights, spec_of
+    from hub_families import FAMILIES
+    from parity import keras_layout
+
+    task_name, backbone_name, kwargs = FAMILIES[family]
+    backbone_cls = getattr(keras_hub.models, backbone_name)
+    mesh_shape = tuple(int(s) for s in mesh_text.split("x"))
+    # Fresh layer-name counters: a config's variable paths (moe_block_2 ...)
+    # must not depend on the configs this process ran before it.
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    mesh = keras.distribution.DeviceMesh(mesh_shape, ("batch", "model"),
+                                         keras.distribution.list_devices())
+    layout_map = keras_layout.layout_map_for(
+        keras_layout.abstract_model(backbone_cls, **kwargs), mesh)
+    distribution = keras.distribution.ModelParallel(layout_map=layout_map,
+                                                    batch_dim_name="batch")
+    x, y, sw = data(family, steps)
+    with distribution.scope():
+        task = getattr(keras_hub.models, task_name)(backbone=backbone_cls(**kwargs),
+                                                    preprocessor=None)
+        task.compile(optimizer=keras.optimizers.Adam(1e-2),
+                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        task.set_weights(initial_weights(task))
+
+        class Steps(keras.callbacks.Callback):
+            def __init__(self):
+                super().__init__()
+                self.losses, self.times = [], []
+
+            def on_train_batch_begin(self, batch, logs=None):
+                self.start = time.perf_counter()
+
+            def on_train_batch_end(self, batch, logs=None):
+                self.losses.append(float(logs["loss"]))
+                self.times.append(time.perf_counter() - self.start)
+
+        record = Steps()
+        task.fit(x, y, sample_weight=sw, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+                 callbacks=[record])
+        rep = keras_layout.report(task, layout_map)
+        expected = {r.path: [[] if a is None else [a] for a in r.axes] for r in rep.variables}
+        return {
+            "config": f"{family}:{mesh_text}",
+            "backend": backend,
+            "losses": record.losses,
+            "step_seconds": record.times,
+            "weights": {v.path: np.asarray(v.numpy()).tolist() for v in task.weights},
+            "specs": {v.path: spec_of(v, backend) for v in task.weights},
+            "expected_specs": expected,
+            "sharded_fraction": rep.sharded_fraction,
+            "device_bytes": rep.device_bytes,
+            "total_bytes": rep.total_bytes,
+            "notes": len(rep.notes),
+            "mesh": list(mesh_shape),
+        }
+
+
+def main():
+    args = parse()
+    from hub_driver import setup_backend
+
+    args.torchrun = False
+    backend, ctx = setup_backend(args)
+
+    def run_all():
+        for config in args.configs.split(","):
+            family, mesh_text = config.split(":")
+            try:
+                result = run(backend, family, mesh_text, args.steps)
+            except Exception as err:  # noqa: BLE001 - reported per config, as one line
+                traceback.print_exc()
+                lines = [x.strip() for x in str(err).splitlines() if x.strip()]
+                cause = [x for x in lines[1:] if "aten." in x or "Error" in x][:1]
+                result = {"config": config, "backend": backend,
+                          "error": f"{type(err).__name__}: " + " | ".join(lines[:1] + cause)[:400]}
+            sys.stdout.write("HUB_RESULT " + json.dumps(result) + "\n")
+            sys.stdout.flush()
+
+    if ctx is None:
+        run_all()
+    else:
+        with ctx:
+            run_all()
+
+
+if __name__ == "__main__":
+    from keras_under_test import assert_keras_under_test
+
+    assert_keras_under_test()
+    main()

@@ -187,12 +187,15 @@ def test_bad_input_is_a_typed_error_naming_the_fix(keras_hub):
     from parity import LayoutError, keras_layout
 
     model = abstract(keras_hub, "LlamaBackbone", FAMILIES["llama"][2])
-    with pytest.raises(LayoutError, match=r"model_axis='tensor' is not an axis"):
+    with pytest.raises(LayoutError, match=r"model_axis='tensor' is not an axis") as info:
         keras_layout.layout_map_for(model, mesh_of("2x4"), model_axis="tensor")
-    with pytest.raises(LayoutError, match=r"convention='zero3'"):
+    assert (info.value.what, info.value.value) == ("model_axis", "tensor")
+    with pytest.raises(LayoutError, match=r"convention='zero3'") as info:
         keras_layout.layout_map_for(model, mesh_of("2x4"), convention="zero3")
-    with pytest.raises(LayoutError, match="must be a keras.distribution.DeviceMesh"):
+    assert (info.value.what, info.value.value) == ("convention", "zero3")
+    with pytest.raises(LayoutError, match="must be a keras.distribution.DeviceMesh") as info:
         keras_layout.layout_map_for(model, (2, 4))
+    assert (info.value.what, info.value.value) == ("mesh", (2, 4))
     # Data parallel off: the model axis only.
     only_model = keras_layout.derive(model, mesh_of("2x4"), batch_axis=None)
     assert all("batch" not in r.axes for r in only_model.rules)

@@ -130,7 +130,8 @@ def _mesh_sizes(mesh: Any) -> dict[str, int]:
     if shape is None or names is None:
         raise LayoutError(
             f"layout_map_for: mesh must be a keras.distribution.DeviceMesh (shape and "
-            f"axis_names); got {mesh!r}."
+            f"axis_names); got {mesh!r}.",
+            what="mesh", value=mesh,
         )
     return dict(zip(tuple(names), (int(s) for s in shape)))
 
@@ -348,11 +349,13 @@ def derive(model: Any, mesh: Any, *, batch_axis: str | None = "batch",
             raise LayoutError(
                 f"layout_map_for: {label}={axis!r} is not an axis of the mesh "
                 f"{tuple(sizes)}. Fix: pass {label}= one of {tuple(sizes)}"
-                + (" or None." if label == "batch_axis" else ".")
+                + (" or None." if label == "batch_axis" else "."),
+                what=label, value=axis,
             )
     if convention not in CONVENTIONS:
         raise LayoutError(
-            f"layout_map_for: convention={convention!r} is not one of {CONVENTIONS}."
+            f"layout_map_for: convention={convention!r} is not one of {CONVENTIONS}.",
+            what="convention", value=convention,
         )
     if not hasattr(model, "weights"):
         raise TypeError(f"layout_map_for: model must be a Keras model; got {model!r}.")

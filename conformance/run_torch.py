@@ -25,6 +25,8 @@ Only public functions of ``parity.torch_impl`` are used. Outputs carry
 from __future__ import annotations
 
 import contextlib
+import sys
+import types
 from typing import Any
 
 import numpy as np
@@ -195,9 +197,6 @@ def _explicit_namespace(ns: dict) -> dict:
     ``sys.modules``): dynamo (the compiled column) looks the globals of the
     body lambda a ``shard_map`` expression defines up through its
     ``__name__``."""
-    import sys
-    import types
-
     name = "conformance._explicit_expressions"
     module = sys.modules.get(name)
     if module is None:

@@ -413,6 +413,19 @@ def check_replicated_variable_is_a_dtensor():
 
 
 @check
+def check_data_input_without_a_layout_is_returned_as_it_is():
+    """Keras's torch trainer (keras-nightly's ``_distribute_data``) calls
+    ``distribute_data_input(d, None)`` for data with no layout (a missing
+    sample weight in ``train_on_batch``): the batch comes back unchanged,
+    as Keras's own backends return it."""
+    from parity.torch_impl.keras import distribution_lib as backend_dist
+
+    assert backend_dist.distribute_data_input(None, None) is None
+    batch = np.ones((4, 2), np.float32)
+    assert backend_dist.distribute_data_input(batch, None) is batch
+
+
+@check
 def check_dropout_training_matches_one_device():
     """A model with (unseeded) Dropout trained 3 steps under ModelParallel
     on the (2, 4) mesh ends with the weights of the same model trained on

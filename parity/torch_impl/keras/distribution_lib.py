@@ -246,7 +246,11 @@ def distribute_variable(value, layout):
 
 def distribute_data_input(per_process_batch, layout, batch_dim_name=None):
     """The global batch from this process's batch
-    (``jax.make_array_from_process_local_data``)."""
+    (``jax.make_array_from_process_local_data``). With no layout (Keras's
+    trainer passes ``None`` for absent data, e.g. a missing sample weight),
+    the batch is returned as it is, as Keras's own backends do."""
+    if layout is None:
+        return per_process_batch
     if isinstance(per_process_batch, DTensor):
         return distribute_tensor(per_process_batch, layout)
     return _dist.distribute_data_input(

@@ -25,6 +25,7 @@ import functools
 import threading
 
 from parity.torch_impl.keras import distribution_lib as kdl
+from parity.torch_impl.keras.layout_check import warn_unmatched_keys
 
 _ORIGINAL: dict[str, object] = {}
 _state = threading.local()
@@ -163,8 +164,6 @@ def _wrap_make(name):
     def make(self, force=False):
         distribution = _distribution()
         if distribution is not None:  # issue 27: a key that lays out nothing warns
-            from parity.torch_impl.keras.layout_check import warn_unmatched_keys
-
             warn_unmatched_keys(self, distribution)
         original(self, force=force)
         fn = getattr(self, attr)

@@ -107,14 +107,7 @@ class TorchRunner(CaseRunner):
         fn = op.compile("torch", self.ns, list(kwargs), raw=self.raw)
         leaves = self.call(fn, args, kwargs, bool(grad_leaves))
         outputs = [self.record(o) for o in leaves]
-        grads = []
-        for index, leaf in grad_leaves:
-            if leaf.grad is None:
-                raise RuntimeError(f"backward left no gradient for input {index}")
-            rec = self.record(leaf.grad)
-            rec["input"] = index
-            grads.append(rec)
-        return {"outputs": outputs, "grads": grads}
+        return {"outputs": outputs, "grads": _grad_records(grad_leaves, self.record)}
 
     def _run_explicit(self, case: dict[str, Any], op: Op) -> dict[str, Any]:
         """Group ``explicit``: under ``set_mesh`` of the case's mesh (its own
@@ -139,14 +132,8 @@ class TorchRunner(CaseRunner):
                 args.append(x.detach().requires_grad_(True) if want_grad else x)
             leaves = self.call(fn, args, kwargs, want_grad)
         outputs = [self._typed(o) for o in leaves]
-        grads = []
-        for index, leaf in enumerate(args if want_grad else ()):
-            if leaf.grad is None:
-                raise RuntimeError(f"backward left no gradient for input {index}")
-            rec = self._typed(leaf.grad)
-            rec["input"] = index
-            grads.append(rec)
-        return {"outputs": outputs, "grads": grads}
+        grad_leaves = list(enumerate(args)) if want_grad else []
+        return {"outputs": outputs, "grads": _grad_records(grad_leaves, self._typed)}
 
     def _typed(self, x) -> dict[str, Any]:
         rec = self.record(x)
@@ -190,6 +177,20 @@ class TorchRunner(CaseRunner):
         if local_tensors is not None:  # LocalTensor (simulated ranks): rank 0's copy
             full = local_tensors[min(local_tensors)]
         return full.detach().cpu().numpy()
+
+
+def _grad_records(grad_leaves, record) -> list[dict[str, Any]]:
+    """One record per ``(input index, leaf)`` of its gradient (``record(leaf.grad)``
+    with ``"input"`` set); raises ``RuntimeError`` for a leaf the backward left
+    without one."""
+    grads = []
+    for index, leaf in grad_leaves:
+        if leaf.grad is None:
+            raise RuntimeError(f"backward left no gradient for input {index}")
+        rec = record(leaf.grad)
+        rec["input"] = index
+        grads.append(rec)
+    return grads
 
 
 def _explicit_namespace(ns: dict) -> dict:

@@ -15,7 +15,7 @@ strided redistribute when it finds a flattened mesh).
 
 ``redistribute_to(x, spec)`` lays ``x`` out as ``spec``; ``merged(x,
 placements)`` is the redistribute itself (differentiable, DTensor's own);
-``complete(x)`` / ``resolve_pending(x)`` the completion of every pending axis.
+``resolve_pending(x)`` the completion of every pending axis.
 """
 
 from __future__ import annotations
@@ -58,18 +58,12 @@ def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
         return x.redistribute(mesh, placements)
 
 
-def complete(x: DTensor) -> DTensor:
+def resolve_pending(x: DTensor) -> DTensor:
     """``x`` with every pending reduction completed (replicated on those
     mesh axes), pending sums over several axes in one all_reduce."""
     if not any(isinstance(p, Partial) for p in x.placements):
         return x
     return merged(x, [Replicate() if isinstance(p, Partial) else p for p in x.placements])
-
-
-def resolve_pending(x: DTensor) -> DTensor:
-    """``x`` with every ``Partial`` reduced (replicated on that mesh axis),
-    pending sums over several axes in one all_reduce (``complete``)."""
-    return complete(x)
 
 
 def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:

@@ -170,6 +170,26 @@ def process_rows(n_processes, rank, mesh_shape):
     return np.arange(shard * per, (shard + 1) * per)
 
 
+def step_recorder():
+    """A Keras callback that records each training step's loss and its wall
+    time (``.losses``, ``.times``)."""
+    import keras
+
+    class Steps(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.losses, self.times = [], []
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.losses.append(float(logs["loss"]))
+            self.times.append(time.perf_counter() - self.start)
+
+    return Steps()
+
+
 def run(args, backend, model_name, mesh_text):
     import keras
     from keras.src.distribution import distribution_lib as kdl
@@ -196,19 +216,7 @@ def run(args, backend, model_name, mesh_text):
             sw = None if sw is None else sw[idx]
             bs = len(rows)
 
-        class Steps(keras.callbacks.Callback):
-            def __init__(self):
-                super().__init__()
-                self.losses, self.times = [], []
-
-            def on_train_batch_begin(self, batch, logs=None):
-                self.start = time.perf_counter()
-
-            def on_train_batch_end(self, batch, logs=None):
-                self.losses.append(float(logs["loss"]))
-                self.times.append(time.perf_counter() - self.start)
-
-        steps = Steps()
+        steps = step_recorder()
         task.fit(x, y, sample_weight=sw, batch_size=bs, epochs=1, shuffle=False, verbose=0,
                  callbacks=[steps])
         evaluation = task.evaluate(x, y, sample_weight=sw, batch_size=bs, verbose=0,

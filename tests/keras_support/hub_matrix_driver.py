@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 import traceback
 
 import numpy as np
@@ -37,7 +36,7 @@ def run(backend, family, mesh_text, steps):
     import keras
     import keras_hub
 
-    from hub_driver import BATCH, data, initial_weights, spec_of
+    from hub_driver import BATCH, data, initial_weights, spec_of, step_recorder
     from hub_families import FAMILIES
     from parity import keras_layout
 
@@ -62,19 +61,7 @@ def run(backend, family, mesh_text, steps):
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         task.set_weights(initial_weights(task))
 
-        class Steps(keras.callbacks.Callback):
-            def __init__(self):
-                super().__init__()
-                self.losses, self.times = [], []
-
-            def on_train_batch_begin(self, batch, logs=None):
-                self.start = time.perf_counter()
-
-            def on_train_batch_end(self, batch, logs=None):
-                self.losses.append(float(logs["loss"]))
-                self.times.append(time.perf_counter() - self.start)
-
-        record = Steps()
+        record = step_recorder()
         task.fit(x, y, sample_weight=sw, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
                  callbacks=[record])
         rep = keras_layout.report(task, layout_map)

@@ -67,11 +67,3 @@ def rehome(t: Any, mesh: Any) -> Any:
                          f"{'; '.join(differences(t.device_mesh, mesh))}.")
     return DTensor.from_local(t.to_local(), mesh, t.placements, run_check=False,
                               shape=t.shape, stride=t.stride())
-
-
-def is_dtensor_on_other(value: Any, mesh: Any) -> bool:
-    """Whether ``value`` is a DTensor on a mesh object other than ``mesh``."""
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(value, DTensor) and value.device_mesh is not mesh \
-        and value.device_mesh != mesh

@@ -244,10 +244,10 @@ class _JaxSemanticsMode(TorchFunctionMode):
         name = _name_of(func)
         if name in _PASSTHROUGH and not _ruled_property(name, func):
             return func(*args, **kwargs)
-        mesh = operands.find_mesh(args, kwargs)
+        mesh, rehome = operands.find_mesh(args, kwargs)
         if mesh is None:
             return func(*args, **kwargs)
-        return _run(func, name or "", args, kwargs, mesh, None)
+        return _run(func, name or "", args, kwargs, mesh, None, rehome)
 
 
 def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
@@ -258,10 +258,10 @@ def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
     if name in _PASSTHROUGH and not _ruled_property(name, func):
         fast_path.remember_direct(func)
         return func(*args, **kwargs)
-    mesh = operands.find_mesh(args, kwargs)
+    mesh, rehome = operands.find_mesh(args, kwargs)
     if mesh is None:
         return func(*args, **kwargs)
-    return _run(func, name or "", args, kwargs, mesh, key)
+    return _run(func, name or "", args, kwargs, mesh, key, rehome)
 
 
 def _backward(func, args: tuple, kwargs: dict) -> Any:
@@ -292,13 +292,13 @@ def _defer() -> bool:
     return _state.defer
 
 
-def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = None) -> Any:
+def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = None,
+         rehomed: bool = False) -> Any:
     defer = _defer()
     if name == "__array_wrap__":
         return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
     if operands.needs_promotion(args, kwargs):
         args, kwargs = operands.promote(args, kwargs, mesh)
-    rehomed = operands.on_other_mesh_objects(args, kwargs, mesh)
     if rehomed:  # the same mesh as another object (an FSDP2 submesh): one mesh
         args, kwargs = operands.rehome(args, kwargs, mesh)
     if loss_parallel.applies(func):  # the user asked for DTensor's own parallel loss

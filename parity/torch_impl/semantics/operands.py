@@ -27,13 +27,16 @@ from parity.torch_impl.layouts import mesh_identity
 _SEQ = (list, tuple)
 
 
-def find_mesh(args: tuple, kwargs: dict) -> Any:
-    """The torch ``DeviceMesh`` shared by every DTensor among the arguments
-    (one level into lists and tuples), or ``None`` when there is no DTensor.
+def find_mesh(args: tuple, kwargs: dict) -> tuple[Any, bool]:
+    """``(mesh, rehome)``: the torch ``DeviceMesh`` shared by every DTensor
+    among the arguments (one level into lists and tuples), or ``None`` when
+    there is no DTensor; ``rehome`` is whether some DTensor lives on another
+    mesh object that is the same mesh (an FSDP2 submesh and a 1-D mesh of the
+    same ranks, which torch compares unequal: ``rehome`` moves it).
 
     Raises ``ShardingError`` when two DTensors live on different meshes.
     """
-    mesh = None
+    mesh, rehome = None, False
     for value in _operands(args, kwargs):
         if isinstance(value, DTensor):
             other = value.device_mesh
@@ -42,6 +45,7 @@ def find_mesh(args: tuple, kwargs: dict) -> Any:
             elif other is not mesh and other != mesh:
                 how = mesh_identity.differences(mesh, other)
                 if not how:  # the same devices and names: one mesh (rehome)
+                    rehome = True
                     continue
                 raise MeshMismatchError(
                     "Operands live on different device meshes: "
@@ -51,14 +55,7 @@ def find_mesh(args: tuple, kwargs: dict) -> Any:
                     "devices differ).",
                     first=mesh, second=other,
                 )
-    return mesh
-
-
-def on_other_mesh_objects(args: tuple, kwargs: dict, mesh) -> bool:
-    """Whether a DTensor operand lives on a mesh object that is the same mesh
-    as ``mesh`` (``find_mesh`` refused any other) but that torch compares
-    unequal (an FSDP2 submesh and a 1-D mesh of the same ranks)."""
-    return any(mesh_identity.is_dtensor_on_other(v, mesh) for v in _operands(args, kwargs))
+    return mesh, rehome
 
 
 def rehome(args: tuple, kwargs: dict, mesh) -> tuple[tuple, dict]:

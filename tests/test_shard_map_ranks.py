@@ -18,6 +18,11 @@ import numpy as np
 import pytest
 from torchrun import run_torchrun
 
+import parity
+from parity import P, jax_ref
+
+jax_ref.simulate(8)  # before JAX starts (collection time), as the other JAX test modules do
+
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 sys.path.insert(0, str(Path(__file__).parent / "multiprocess"))
 
@@ -25,10 +30,6 @@ from shard_map_cases import CASES, IN, X  # noqa: E402
 
 
 def jax_results() -> dict:
-    import parity
-    from parity import P, jax_ref
-
-    jax_ref.simulate(8)
     import jax
 
     mesh = parity.make_mesh((2, 2), ("data", "model"), devices=jax_ref.list_devices()[:4])

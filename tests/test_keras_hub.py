@@ -138,15 +138,17 @@ def test_keras_hub_model_matches_jax_and_is_sharded_as_its_layout_map(runs, conf
 def test_keras_hub_llama_under_torchrun_4_ranks_matches_jax(tmp_path):
     from torchrun import run_torchrun
 
+    # JAX first, then the ranks: never both at once (XLA:CPU aborts a
+    # collective whose device threads the ranks starve for 40 s; CI stop 28).
     jax_proc = launch("jax", ["llama:2x2"], "--devices", "4")
-    out = tmp_path / "hub"
     try:
-        torch_out = run_torchrun("keras_hub_worker.py", nproc=4, timeout=1800,
-                                 args=("--configs", "llama:2x2", "--steps", STEPS, "--out", str(out)))
         jax = finish(jax_proc, 1800)
     finally:
         if jax_proc.poll() is None:
             jax_proc.kill()
+    out = tmp_path / "hub"
+    torch_out = run_torchrun("keras_hub_worker.py", nproc=4, timeout=1800,
+                             args=("--configs", "llama:2x2", "--steps", STEPS, "--out", str(out)))
     ranks = []
     for path in sorted(tmp_path.glob("hub.rank*.jsonl")):
         ranks.extend(results_of(path.read_text()).values())

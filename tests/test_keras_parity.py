@@ -137,17 +137,20 @@ def torchrun_4_ranks_match_jax(tmp_path, *driver_args: str) -> None:
     from torchrun import run_torchrun
 
     ranks_total = 4
+    # JAX first, then the ranks: never both at once. On 2 cores the ranks
+    # starved one of JAX's 4 device threads past XLA:CPU's 40 s collective
+    # rendezvous limit, and XLA aborted the reference (SIGABRT, CI stop 28).
     jax_proc = launch("jax", "--devices", str(ranks_total), "--fit-only")
-    out = tmp_path / "torchrun"
     try:
-        torch_out = run_torchrun(
-            "keras_parity_worker.py", nproc=ranks_total, timeout=600,
-            args=("--configs", ",".join(CONFIGS), "--fit-only", *driver_args, "--out", str(out)),
-        )
         jax_results, _ = parse_results(finish(jax_proc))
     finally:
         if jax_proc.poll() is None:
             jax_proc.kill()
+    out = tmp_path / "torchrun"
+    torch_out = run_torchrun(
+        "keras_parity_worker.py", nproc=ranks_total, timeout=600,
+        args=("--configs", ",".join(CONFIGS), "--fit-only", *driver_args, "--out", str(out)),
+    )
     per_rank: dict[str, list[dict]] = {}
     for path in sorted(tmp_path.glob("torchrun.rank*.jsonl")):
         for result in parse_results(path.read_text())[0].values():

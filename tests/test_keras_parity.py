@@ -66,13 +66,17 @@ def finish(proc: subprocess.Popen, timeout: float = 600) -> str:
 
 @pytest.fixture(scope="module")
 def runs():
-    procs = [launch("jax"), launch("torch")]  # both at once
-    try:
-        jax_out, torch_out = (finish(p) for p in procs)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    # One after the other, JAX first: a JAX collective whose device threads
+    # another busy process starves for 40 s is aborted by XLA:CPU (CI stop 28).
+    outs = []
+    for backend in ("jax", "torch"):
+        proc = launch(backend)
+        try:
+            outs.append(finish(proc))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    jax_out, torch_out = outs
     return parse_results(jax_out), parse_results(torch_out)
 
 

@@ -1,5 +1,5 @@
 """Conformance throughput: cases per second per backend, through the
-conformance runner (``conformance.runner.run_cases``) on a fixed slice of
+conformance runner (``conformance.running.runner.run_cases``) on a fixed slice of
 the default catalogue, each backend in its own worker process as
 ``parity conformance`` runs them. Worker start-up is included (it is part
 of what a user waits for); the raw-DTensor column is the reference.
@@ -16,7 +16,7 @@ from benchmarks.common import Row
 
 def run(cfg: dict) -> list[Row]:
     from conformance.cases import default_cases
-    from conformance.runner import run_cases
+    from conformance.running.runner import run_cases
 
     cases = list(default_cases())
     step = max(1, len(cases) // cfg["conformance_cases"])

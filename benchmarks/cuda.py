@@ -62,7 +62,7 @@ def _conformance(cfg: dict) -> list[Row]:
     import tempfile
 
     from conformance.cases import default_cases
-    from conformance.runner import run_cases
+    from conformance.running.runner import run_cases
 
     subset = list(default_cases())[: cfg["conformance_cases"]]
     rates = {}

@@ -23,16 +23,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from conformance import compare, diff
-from conformance.arguments import Selection, UsageError, check_writable, load_selected_cases
 from conformance.catalogue import OPS
-from conformance.compiled import BACKENDS, DEFAULT_BACKEND, compiled_vs_eager
-from conformance.html import write_html
-from conformance.multiprocess import run_under_torchrun
-from conformance.report import load_json, load_report
-from conformance.runner import run_cases
-from conformance.suite import run_suite
-from conformance.summary import candidate_label, print_summary, write_comparison, write_text
+from conformance.commands.arguments import Selection, UsageError, check_writable, load_selected_cases
+from conformance.commands.suite import run_suite
+from conformance.reports import compare, diff
+from conformance.reports.compiled import BACKENDS, DEFAULT_BACKEND, compiled_vs_eager
+from conformance.reports.html import write_html
+from conformance.reports.report import load_json, load_report
+from conformance.reports.summary import candidate_label, print_summary, write_comparison, write_text
+from conformance.running.multiprocess import run_under_torchrun
+from conformance.running.runner import run_cases
 
 EXIT_OK, EXIT_DIVERGES, EXIT_USAGE, EXIT_NO_DEVICE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_CODES = f"""exit status:
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="jax: the reference; torch: parity on DTensor (or --raw)")
     run.add_argument("--raw", action="store_true",
                      help="torch only: plain DTensor, no parity layer (what users get today)")
-    _add_compile(run, "torch only: the compiled column (conformance/run_compiled.py): each op "
+    _add_compile(run, "torch only: the compiled column (conformance/running/run_compiled.py): each op "
                       "and its loss inside torch.compile(fullgraph=True) under jax_semantics(); "
                       "a case that does not compile is a compile error, never run eagerly")
     run.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--source", choices=("catalogue", "opinfo"), default="catalogue",
                      help="opinfo: PyTorch's OpInfo samples on sharded DTensors against the "
                           "unsharded op, parity and plain-DTensor columns (torch only; "
-                          "conformance/opinfo_runner.py)")
+                          "conformance/opinfo/runner.py)")
     run.add_argument("--full", action="store_true",
                      help="--source opinfo: every layout scheme, up to 12 samples per op")
     _add_selection(run)
@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_run(args) -> int:
     check_writable(args.out, "--out")
     if args.source == "opinfo":
-        from conformance.opinfo_runner import cli_run  # imports torch (OpInfo's op_db)
+        from conformance.opinfo.runner import cli_run  # imports torch (OpInfo's op_db)
 
         return cli_run(args)
     if args.raw and args.backend != "torch":

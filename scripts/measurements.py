@@ -16,7 +16,8 @@ This script renders them (jinja2 templates in ``docs/templates/``) into
     python scripts/measurements.py --check    # exit 1 if a page is not the generated one
 
 ``tests/test_measurements.py`` runs the check, so a page cannot drift from
-its results files. To add a figure: write (or extend) a results file, run
+its results files; the check also fails when ``benchmarks/README.md`` states
+a date or a measured figure outside its generated block. To add a figure: write (or extend) a results file, run
 the script, commit both.
 """
 
@@ -45,6 +46,10 @@ PAGES = (MEASUREMENTS_MD, BENCHMARKS_MD)
 REQUIRED = ("schema", "page", "order", "title", "date", "machine", "commit", "command", "source",
             "columns", "rows")
 _COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
+# A dated or measured figure written by hand: a date, or a number with a
+# measured unit (a goal such as "<= 1.05x" is not a measurement).
+_HANDWRITTEN = re.compile(r"\b20\d\d-\d\d-\d\d\b"
+                          r"|(?<!<= )(?<![\d.])\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)? ?(?:us|ms|x|%|cases/s)(?![\w])")
 
 
 class ResultsFileError(ValueError):
@@ -229,6 +234,17 @@ def render(tables: list[Table]) -> dict[str, str]:
     return pages
 
 
+def handwritten_figures(page: str) -> list[str]:
+    """The dates and measured figures ``page`` (``benchmarks/README.md``'s
+    text) states outside its generated block: each must come from a results
+    file instead. Raises ``ResultsFileError`` when the markers are missing."""
+    if BEGIN not in page or END not in page:
+        raise ResultsFileError(path=BENCHMARKS_MD, problem=f"no {BEGIN!r} ... {END!r} markers")
+    head, rest = page.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return [m.group(0) for m in _HANDWRITTEN.finditer(head + tail)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python scripts/measurements.py",
                                      description=__doc__.splitlines()[0])
@@ -238,11 +254,15 @@ def main(argv: list[str] | None = None) -> int:
     pages = render(load_all())
     stale = [p for p, text in pages.items()
              if not (ROOT / p).exists() or (ROOT / p).read_text() != text]
+    handwritten = handwritten_figures(pages[BENCHMARKS_MD])
+    if handwritten:
+        print(f"{BENCHMARKS_MD} states {handwritten} outside its generated block: put them in a "
+              "results file (docs/results/*.json) and regenerate", file=sys.stderr)
     if args.check:
         for page in stale:
             print(f"{page} is not generated from its results files: run python scripts/measurements.py",
                   file=sys.stderr)
-        return 1 if stale else 0
+        return 1 if stale or handwritten else 0
     for page, text in pages.items():
         (ROOT / page).write_text(text)
         print(f"wrote {page}" + ("" if page in stale else " (unchanged)"))

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from conformance import case_docs
-from conformance.signatures import SIGNATURES, json_schema
+from conformance.cases.signatures import SIGNATURES, json_schema
+from conformance.docs import case_format as case_docs
 
 
 def test_the_case_format_doc_and_schema_are_generated_and_up_to_date():
-    assert case_docs.main(["--check"]) == 0, "run: python -m conformance.case_docs"
+    assert case_docs.main(["--check"]) == 0, "run: python -m conformance.docs.case_format"
 
 
 def test_the_doc_lists_every_op_with_its_kwargs():

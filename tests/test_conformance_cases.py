@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conformance.cases import CaseFileError, load_case_file, parse_cases
-from conformance.values import decode, draw, encode, host_values
+from conformance.records.values import decode, draw, encode, host_values
 
 GOOD = {"cases": [
     {"id": "matmul/contract-model", "op": "matmul",

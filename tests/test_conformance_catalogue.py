@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from conformance.catalogue import OPS, TOLERANCES, get_op, tolerance
 from conformance.cases import MESHES, default_cases
-from conformance.values import encode
+from conformance.catalogue import OPS, TOLERANCES, get_op, tolerance
+from conformance.records.values import encode
 
 REQUIRED_OPS = """neg abs exp log sqrt square tanh sigmoid relu gelu add subtract multiply divide
 maximum minimum power where sum mean max min prod argmax logsumexp var matmul batched_matmul
@@ -39,8 +39,8 @@ def test_each_op_s_jax_and_torch_expressions_agree_on_unsharded_inputs(name):
     import torch
     import torch.nn.functional as F
 
-    from conformance.compare import compare_values
-    from conformance.values import draw
+    from conformance.reports.compare import compare_values
+    from conformance.records.values import draw
 
     op = OPS[name]
     shapes = op.shape_sets[0].shapes
@@ -127,7 +127,7 @@ def test_every_default_case_fits_its_op(cases):
     """The default catalogue passes the check a case file gets: JAX's
     ``eval_shape`` of the op on the case's global shapes and kwargs (one case
     per distinct signature)."""
-    from conformance.shape_check import check_fit
+    from conformance.cases.shape_check import check_fit
 
     seen = set()
     for case in cases:

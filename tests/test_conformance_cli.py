@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from conformance.compare import compare_reports
-from conformance.diff import diff_comparisons, summary_line
+from conformance.reports.compare import compare_reports
+from conformance.reports.diff import diff_comparisons, summary_line
 from parity.cli import main
 
 
@@ -203,7 +203,7 @@ def _verdicts(verdict_ids):
 
 
 def test_conformance_exits_1_when_the_parity_column_diverges_and_not_for_raw():
-    from conformance.suite import exit_status
+    from conformance.commands.suite import exit_status
 
     holds = _verdicts({"holds": ["a", "b"], "differs": []})
     differs = _verdicts({"holds": ["a"], "differs": ["b"]})
@@ -228,9 +228,9 @@ def test_conformance_help_says_a_diverging_parity_column_exits_1(capsys):
 
 
 def test_docs_cli_md_is_generated_from_the_parser_and_current():
-    from conformance import cli_docs
+    from conformance.docs import cli_md as cli_docs
 
-    assert cli_docs.main(["--check"]) == 0, "run: python -m conformance.cli_docs"
+    assert cli_docs.main(["--check"]) == 0, "run: python -m conformance.docs.cli_md"
     text = cli_docs.DOC.read_text()
     for flag in ("--skip-without-gpu", "--out-dir", "--strict", "--source"):
         assert f"`{flag}`" in text

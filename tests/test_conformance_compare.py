@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from conformance.compare import VERDICTS, compare_reports, to_markdown, verdict_of
-from conformance.values import encode
+from conformance.records.values import encode
+from conformance.reports.compare import VERDICTS, compare_reports, to_markdown, verdict_of
 
 TOL = {"class": "elementwise", "rtol": 1e-6, "atol": 1e-6}
 SHARDS = {str(d): [[0, 4] if d < 4 else [4, 8], [0, 6]] for d in range(8)}

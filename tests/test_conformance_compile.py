@@ -14,7 +14,7 @@ import pytest
 
 import parity
 from conformance.cases import default_cases, select
-from conformance.report import load_report
+from conformance.reports.report import load_report
 
 IDS = ("add/8/div/x,_|_,x", "matmul/8/div/x,_|_,x", "bincount/8/div/_",
        "sum/2x4/div/data,model/axis=1;keepdims=true")
@@ -113,7 +113,7 @@ def test_compare_shows_the_compiled_verdicts_beside_eager_and_lists_the_differen
 def test_a_dynamo_error_with_no_op_error_inside_is_a_compile_error():
     import torch._dynamo.exc as dynamo_exc
 
-    from conformance.run_compiled import compile_failure
+    from conformance.running.run_compiled import compile_failure
 
     try:
         try:
@@ -129,7 +129,7 @@ def test_a_dynamo_error_with_no_op_error_inside_is_a_compile_error():
 def test_a_parity_error_inside_a_dynamo_error_is_an_op_error_with_its_category():
     import torch._dynamo.exc as dynamo_exc
 
-    from conformance.run_compiled import compile_failure, op_error_under_compile
+    from conformance.running.run_compiled import compile_failure, op_error_under_compile
 
     try:
         try:
@@ -143,7 +143,7 @@ def test_a_parity_error_inside_a_dynamo_error_is_an_op_error_with_its_category()
 
 
 def test_an_error_raised_outside_the_compiler_is_an_op_error():
-    from conformance.run_compiled import compile_failure
+    from conformance.running.run_compiled import compile_failure
 
     try:
         raise RuntimeError("a DTensor op failed at run time")
@@ -154,7 +154,7 @@ def test_an_error_raised_outside_the_compiler_is_an_op_error():
 def test_a_compiled_graph_whose_higher_order_op_no_mode_can_run_is_a_compile_error():
     # AOTAutograd wraps linalg's error checks in with_effects; simulated
     # ranks' LocalTensorMode has no rule for it (cholesky, inv, solve).
-    from conformance.run_compiled import compile_failure
+    from conformance.running.run_compiled import compile_failure
 
     for err in (NotImplementedError("There was no rule registered for HigherOrderOperator "
                                     "with_effects and mode <LocalTensorMode>."),
@@ -168,7 +168,7 @@ def test_a_compiled_graph_whose_higher_order_op_no_mode_can_run_is_a_compile_err
 
 
 def test_a_type_error_of_an_op_is_still_an_op_error():
-    from conformance.run_compiled import compile_failure
+    from conformance.running.run_compiled import compile_failure
 
     try:
         raise TypeError("no implementation found for 'torch.ops.aten.add' on types [T]")

@@ -10,11 +10,11 @@ import re
 
 import pytest
 
-from conformance.compare import VERDICTS, compare_reports, to_markdown, verdict_of
-from conformance.compiled import COMPILE_CATEGORY, compile_header, compiled_vs_eager
-from conformance.html import write_html
-from conformance.suite import COMPILED, COLUMNS, columns_for
-from conformance.values import encode
+from conformance.commands.suite import COMPILED, COLUMNS, columns_for
+from conformance.records.values import encode
+from conformance.reports.compare import VERDICTS, compare_reports, to_markdown, verdict_of
+from conformance.reports.compiled import COMPILE_CATEGORY, compile_header, compiled_vs_eager
+from conformance.reports.html import write_html
 from parity.cli import main
 from test_conformance_html import _dom, needs_chromium
 
@@ -174,11 +174,11 @@ def test_conformance_adds_the_compiled_column_only_with_compile():
 
 
 def test_the_reports_doc_has_the_generated_compiled_section_with_every_header_key():
-    from conformance import case_docs
-    from conformance.compiled import BACKENDS, render_doc_section
+    from conformance.docs import case_format as case_docs
+    from conformance.reports.compiled import BACKENDS, render_doc_section
 
     text = case_docs.REPORTS_DOC.read_text()
-    assert render_doc_section() in text  # `python -m conformance.case_docs --check` guards it
+    assert render_doc_section() in text  # `python -m conformance.docs.case_format --check` guards it
     for key in compile_header(BACKENDS[0]):
         assert f"| `{key}` |" in render_doc_section()
 

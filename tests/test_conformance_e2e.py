@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from conformance.compare import VERDICTS
-from conformance.report import load_report
+from conformance.reports.compare import VERDICTS
+from conformance.reports.report import load_report
 
 MESH = {"shape": [2, 4], "axis_names": ["data", "model"]}
 USER_CASES = {"cases": [
@@ -142,7 +142,7 @@ def _fits(obj: dict, typed) -> None:
 
 
 def test_every_report_entry_is_the_typed_record_conformance_entries_declares(reports):
-    from conformance.entries import ArrayRecord, CaseEntry, ErrorRecord, Tolerance
+    from conformance.records.entries import ArrayRecord, CaseEntry, ErrorRecord, Tolerance
 
     for name in ("jax", "torch", "raw"):
         for entry in load_report(reports / f"{name}.json")["cases"]:
@@ -155,7 +155,7 @@ def test_every_report_entry_is_the_typed_record_conformance_entries_declares(rep
 
 
 def test_every_comparison_row_is_the_typed_record_conformance_entries_declares(reports):
-    from conformance.entries import CaseSide, Comparison, VerdictRow
+    from conformance.records.entries import CaseSide, Comparison, VerdictRow
 
     parity("compare", str(reports / "jax.json"), str(reports / "torch.json"),
            "--json", str(reports / "typed.json"), check=False)

@@ -1,12 +1,12 @@
 """Error categories: the exception's type decides; library messages are read
-in one place (``conformance.errors.foreign_category``), one test each."""
+in one place (``conformance.running.errors.foreign_category``), one test each."""
 
 from __future__ import annotations
 
 import pytest
 
 import parity
-from conformance.errors import FOREIGN_MESSAGES, FOREIGN_TYPES, categorize, error_record
+from conformance.running.errors import FOREIGN_MESSAGES, FOREIGN_TYPES, categorize, error_record
 
 
 @pytest.mark.parametrize("err, category", [

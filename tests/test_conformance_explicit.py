@@ -8,8 +8,8 @@ from parity import jax_ref
 jax_ref.simulate(8)  # before JAX starts (collection time)
 
 from conformance.cases import default_cases
-from conformance.compare import compare_placement, compare_reports
-from conformance.html import write_html
+from conformance.reports.compare import compare_placement, compare_reports
+from conformance.reports.html import write_html
 
 
 def test_explicit_cases_agree_on_both_backends_with_jax_s_types(sim8, tmp_path):
@@ -17,9 +17,9 @@ def test_explicit_cases_agree_on_both_backends_with_jax_s_types(sim8, tmp_path):
     ``parity compare`` does: typeof strings, values, gradients' types, and
     both sides' errors (a contraction over a sharded dim; a shard_map
     operand whose type is not its in_specs)."""
-    from conformance.compare import verdict_of
-    from conformance.run_jax import JaxRunner
-    from conformance.run_torch import TorchRunner
+    from conformance.reports.compare import verdict_of
+    from conformance.running.run_jax import JaxRunner
+    from conformance.running.run_torch import TorchRunner
 
     wanted = {"explicit_matmul/2x4/explicit/data,_|_,_": "match",
               "explicit_matmul/2x4/explicit/data,model|model,_": "both-reject",

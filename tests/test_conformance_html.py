@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from conformance.compare import compare_reports
-from conformance.html import write_html
+from conformance.reports.compare import compare_reports
+from conformance.reports.html import write_html
 
 from test_conformance_compare import SHARDS, entry, err, output, report
 

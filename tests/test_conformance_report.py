@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conformance.report import ReportWriter, load_report, make_header
+from conformance.reports.report import ReportWriter, load_report, make_header
 
 CASES = {"cases": [
     {"id": f"neg/{i}", "op": "neg", "mesh": {"shape": [2], "axis_names": ["x"]},
@@ -119,7 +119,7 @@ def test_reports_name_parity_s_version_when_it_runs_from_a_checkout(monkeypatch)
     import importlib.metadata
 
     import parity
-    from conformance.report import versions
+    from conformance.reports.report import versions
 
     real = importlib.metadata.version
 

@@ -1,8 +1,9 @@
-"""conformance/ has no import circle, and a function imports a module only
-when that module is an optional framework (torch, JAX, Keras, parity's
-backends) or pulls one in at its top: everything else is imported at the top
-of the module that uses it (issue 22, item 3). Read from the source (ast),
-not from a hand-kept list."""
+"""conformance/ has no import circle, its folders stand in one order (a
+module imports only its own folder and the folders below it), and a function
+imports a module only when that module is an optional framework (torch, JAX,
+Keras, parity's backends) or pulls one in at its top: everything else is
+imported at the top of the module that uses it (issue 22, item 3). Read from
+the source (ast), not from a hand-kept list of imports."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ def _modules() -> dict[str, ast.Module]:
 
 
 MODULES = _modules()
+
+# conformance/'s folders (and its one top-level module, cli), top to bottom,
+# as conformance/__init__.py's table lists them.
+LAYERS = ("docs", "cli", "commands", "opinfo", "running", "reports", "cases", "catalogue", "records")
 
 
 def _targets(node: ast.AST) -> list[str]:
@@ -100,21 +105,62 @@ def _cycles() -> list[list[str]]:
     return found
 
 
+def _layer(module: str) -> int:
+    """The index in ``LAYERS`` of ``module``'s folder; ``KeyError`` naming the
+    module when it lies in none (a new folder must be placed in the order)."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] not in LAYERS:
+        raise KeyError(f"{module} is in no folder of LAYERS {LAYERS}: place its folder in the order")
+    return LAYERS.index(parts[1])
+
+
+def _upward_imports() -> list[str]:
+    """Imports (at the top or inside a function) from a module into a folder
+    above its own."""
+    return [f"{name}:{line} imports {target} ({LAYERS[_layer(target)]}/ is above "
+            f"{LAYERS[_layer(name)]}/)"
+            for name, tree in MODULES.items() if name != "conformance"
+            for line, target in _imports(tree, top_only=False)
+            if target in MODULES and target != "conformance" and _layer(target) < _layer(name)]
+
+
+def test_every_module_lies_in_a_folder_of_the_order():
+    assert {m.split(".")[1] for m in MODULES if m != "conformance"} == set(LAYERS)
+    package_doc = ast.get_docstring(MODULES["conformance"])
+    listed = [line.split("``")[1].rstrip("/").removesuffix(".py")
+              for line in package_doc.splitlines() if line.startswith("| ``")]
+    assert tuple(listed) == LAYERS, "conformance/__init__.py's table lists the folders in order"
+
+
+def test_no_module_imports_a_folder_above_its_own():
+    assert _upward_imports() == []
+
+
+def test_the_order_check_sees_an_upward_import():
+    MODULES["conformance.cases.signatures"].body.append(ast.parse(
+        "from conformance.reports import compare").body[0])
+    try:
+        assert _upward_imports() == [f"conformance.cases.signatures:1 imports "
+                                     "conformance.reports.compare (reports/ is above cases/)"]
+    finally:
+        MODULES["conformance.cases.signatures"].body.pop()
+
+
 def test_conformance_has_no_import_circle():
     assert _cycles() == []
 
 
 def test_the_cycle_finder_sees_a_circle():
-    MODULES["conformance.values"].body.append(ast.parse("import conformance.cli").body[0])
+    MODULES["conformance.records.values"].body.append(ast.parse("import conformance.cli").body[0])
     try:
-        assert any("conformance.values" in c for c in _cycles())
+        assert any("conformance.records.values" in c for c in _cycles())
     finally:
-        MODULES["conformance.values"].body.pop()
+        MODULES["conformance.records.values"].body.pop()
 
 
 def test_functions_import_only_optional_frameworks():
     heavy = _heavy()
-    assert {"conformance.run_torch", "conformance.opinfo_check"} <= heavy
+    assert {"conformance.running.run_torch", "conformance.opinfo.check"} <= heavy
     assert "conformance.cli" not in heavy and "conformance.catalogue" not in heavy
     inside = []
     for name, tree in MODULES.items():
@@ -126,7 +172,7 @@ def test_functions_import_only_optional_frameworks():
 
 
 def test_the_cli_and_the_catalogue_load_no_framework():
-    code = ("import sys, conformance.cli, conformance.catalogue, conformance.suite; "
+    code = ("import sys, conformance.cli, conformance.catalogue, conformance.commands.suite; "
             "print(sorted(m for m in ('torch', 'jax', 'keras') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)

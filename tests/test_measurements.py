@@ -89,3 +89,35 @@ def test_a_changed_figure_makes_the_check_fail(tmp_path, monkeypatch):
     (results / "conformance-default.json").write_text(json.dumps(data))
     pages = measurements.render(measurements.load_all(results))
     assert pages["docs/measurements.md"] != (ROOT / "docs" / "measurements.md").read_text()
+
+
+def test_a_changed_benchmark_figure_makes_the_readme_block_stale(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    for f in (ROOT / "docs" / "results").glob("*.json"):
+        (results / f.name).write_text(f.read_text())
+    data = json.loads((results / "bench-donation.json").read_text())
+    assert data["page"] == "benchmarks/README.md"
+    data["rows"][0][1] = "1.500 (0.960)"  # a figure the committed README does not show
+    (results / "bench-donation.json").write_text(json.dumps(data))
+    page = measurements.render(measurements.load_all(results))["benchmarks/README.md"]
+    committed = (ROOT / "benchmarks" / "README.md").read_text()
+    assert page != committed and "1.500 (0.960)" in page and "1.500 (0.960)" not in committed
+
+
+def test_the_benchmarks_readme_states_no_figure_outside_its_generated_block():
+    text = (ROOT / "benchmarks" / "README.md").read_text()
+    assert measurements.handwritten_figures(text) == []
+
+
+def test_a_handwritten_dated_pass_fails_the_check(monkeypatch, capsys):
+    text = (ROOT / "benchmarks" / "README.md").read_text()
+    added = "\n## Donation, 2026-11-24, sixth pass\n\n`all_reduce` 12.4 us, 1.02x raw, 7.2 cases/s\n"
+    found = measurements.handwritten_figures(text + added)
+    assert found == ["2026-11-24", "12.4 us", "1.02x", "7.2 cases/s"]
+    real = measurements.render
+    monkeypatch.setattr(measurements, "render", lambda tables: {
+        page: body + added if page == "benchmarks/README.md" else body
+        for page, body in real(tables).items()})
+    assert measurements.main(["--check"]) == 1
+    assert "states ['2026-11-24', '12.4 us', '1.02x', '7.2 cases/s'] outside" in capsys.readouterr().err

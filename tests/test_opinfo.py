@@ -1,4 +1,4 @@
-"""The OpInfo harness (``conformance.opinfo``): each class is detected.
+"""The OpInfo harness (``conformance.opinfo.harness``): each class is detected.
 
 Most tests use small stand-in OpInfos (an op callable and its samples) so
 that a wrong comparison can be provoked on purpose; the last ones run
@@ -14,9 +14,9 @@ import torch
 
 import parity
 from parity import torch_impl
-from conformance.opinfo import FAST, check_ops, op_cases, summarize
-from conformance.opinfo_check import CLASSES, Distributor, _check_grads, Finding
-from conformance.opinfo_samples import scheme_spec
+from conformance.opinfo.check import CLASSES, Distributor, _check_grads, Finding
+from conformance.opinfo.harness import FAST, check_ops, op_cases, summarize
+from conformance.opinfo.samples import scheme_spec
 
 
 @dataclasses.dataclass
@@ -170,7 +170,7 @@ def test_cli_refuses_the_opinfo_source_on_jax(capsys):
 
 @pytest.mark.slow
 def test_runner_times_out_a_hung_case_and_resumes_after_it(monkeypatch, tmp_path):
-    from conformance.opinfo_runner import run_opinfo
+    from conformance.opinfo.runner import run_opinfo
 
     monkeypatch.setenv("PARITY_OPINFO_HANG_ON", "add:1")
     out = tmp_path / "opinfo.json"
@@ -187,7 +187,7 @@ def test_runner_abandons_an_op_after_repeated_timeouts(monkeypatch):
     """Every case of the op hangs: after MAX_LOSSES_PER_OP timeouts the rest
     of the op is recorded as abandoned and the run goes on (no subprocess:
     a stand-in worker that never answers)."""
-    from conformance import opinfo_runner
+    from conformance.opinfo import runner as opinfo_runner
 
     class HangingWorker:
         ops = ["slow_op", "next_op"]

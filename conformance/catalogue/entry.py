@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
-from conformance.entries import Tolerance
+from conformance.records.entries import Tolerance
 
 
 # Tolerance classes: (rtol, atol) for float32 on CPU. Data movement and

@@ -6,7 +6,7 @@ differentiable ``redistribute``, so autograd records it) and the spec of each
 output (what JAX's sharding-in-types rule gives). The algebra itself is
 framework-free (``parity.sharding_rules``); a rule here only parses the torch
 call. Rules are registered on the torch callables they cover
-(``registry.rule_for``). Where JAX's explicit mode refuses an op as
+(``registry.rule_for``, closed once they are imported). Where JAX's explicit mode refuses an op as
 ambiguous, the rule still returns a plan -- the choice JAX's auto mode and
 Keras make: complete the reduction, keep the first operand's sharding -- and
 marks it ``chosen``.
@@ -67,11 +67,15 @@ from parity.torch_impl.semantics.rules.registry import (
     Call,
     NotCovered,
     Plan,
+    RegistryClosedError,
+    close,
     covered,
     covers,
     plan_for,
-    rule_for,
     torch_ops,
 )
 
-__all__ = ["Call", "NotCovered", "Plan", "covered", "covers", "plan_for", "rule_for", "torch_ops"]
+close()  # every family above has registered: the rule set is fixed from here on
+
+__all__ = ["Call", "NotCovered", "Plan", "RegistryClosedError", "covered", "covers", "plan_for",
+           "torch_ops"]

@@ -111,8 +111,33 @@ class Call:
 
 
 Rule = Callable[[Call], Plan]
+# The registry: filled while the rule families import (rules/__init__.py),
+# then closed (``close``). Nothing may change it afterwards: the fast path's
+# clean calls (fast_path.CLEAN) and dynamo's graphs (``_key_of`` is a
+# constant to dynamo) remember what it said.
 _ENTRIES: dict[str, tuple[Rule, str]] = {}  # key -> (rule, registered name)
 _KEYS: dict[Any, str] = {}  # torch callable -> key
+_closed = False
+
+
+class RegistryClosedError(RuntimeError):
+    """A rule registered after the rule families were imported; ``target``
+    is the torch callable it was for."""
+
+    def __init__(self, *, target: Any) -> None:
+        self.target = target
+        super().__init__(f"a rule for {target!r} registered after the rule families were imported: "
+                         "rules are fixed once parity.torch_impl.semantics.rules is imported (calls "
+                         "proven clean and compiled graphs remember them). Fix: put the rule in a "
+                         "family module of parity/torch_impl/semantics/rules/ and import it from "
+                         "rules/__init__.py")
+
+
+def close() -> None:
+    """Refuse any later registration (``RegistryClosedError``); called once
+    every family has registered its rules."""
+    global _closed
+    _closed = True
 
 
 def torch_ops(*names: str) -> list[tuple[Any, str]]:
@@ -133,9 +158,12 @@ def torch_ops(*names: str) -> list[tuple[Any, str]]:
 def rule_for(*targets: Any) -> Callable[[Rule], Rule]:
     """Register the decorated rule for ``targets``: torch callables, or
     ``(callable, name)`` pairs from ``torch_ops``. A callable registered
-    twice raises ``ValueError`` (two rules for one op is a bug)."""
+    twice raises ``ValueError`` (two rules for one op is a bug); a rule
+    registered after ``close`` raises ``RegistryClosedError``."""
 
     def register(rule: Rule) -> Rule:
+        if _closed:
+            raise RegistryClosedError(target=targets[0] if targets else None)
         for target in targets:
             fn, name = target if isinstance(target, tuple) else (target, target.__name__)
             if fn in _KEYS:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from conformance.entries import ErrorRecord
+from conformance.records.entries import ErrorRecord
 from parity.errors import CATEGORIES, ParityError
 
 __all__ = ["CATEGORIES", "categorize", "error_record", "foreign_category"]

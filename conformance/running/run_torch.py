@@ -34,8 +34,8 @@ import torch
 
 import parity
 from conformance.catalogue import Op
-from conformance.records import CaseRunner, array_record, spec_entries
-from conformance.values import host_values
+from conformance.records.values import host_values
+from conformance.running.case_runner import CaseRunner, array_record, spec_entries
 
 
 def setup(n_devices: int, device: str = "cpu", raw: bool = False) -> tuple[contextlib.ExitStack, dict]:
@@ -142,7 +142,7 @@ class TorchRunner(CaseRunner):
 
     def call(self, fn, args: list, kwargs: dict, grad: bool) -> list:
         """The op's outputs as a list; with ``grad``, ``sum(outputs)`` is
-        differentiated too (``conformance.run_compiled`` compiles this)."""
+        differentiated too (``conformance.running.run_compiled`` compiles this)."""
         with self.semantics():
             out = fn(*args, **kwargs)
             leaves = list(out) if isinstance(out, (tuple, list)) else [out]

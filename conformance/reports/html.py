@@ -19,8 +19,8 @@ from pathlib import Path
 
 import jinja2
 
-from conformance.compare import VERDICTS
-from conformance.entries import Comparison
+from conformance.records.entries import Comparison
+from conformance.reports.compare import VERDICTS
 
 COLOURS = {"match": "#3a9d5d", "both-reject": "#8fbf9f", "both-other": "#7a4fa0", "values-differ": "#d64545",
            "placement-differs": "#e8a33d", "grads-differ": "#b565c7",

@@ -1,7 +1,7 @@
 """A worker child process spoken to in JSON lines, watched with time limits.
 
-Both ``parity run`` (``conformance.runner``) and the OpInfo runner
-(``conformance.opinfo_runner``) feed their cases to such a worker and read
+Both ``parity run`` (``conformance.running.runner``) and the OpInfo runner
+(``conformance.opinfo.runner``) feed their cases to such a worker and read
 one JSON line back per request: a case that hangs is abandoned by timing
 out ``read``, and a worker that dies raises ``WorkerGone``. The worker's
 first line is its handshake, ``{"ready": true, ...}``. ``exit_with_parent``

@@ -7,16 +7,16 @@ op call is compiled: the op and, for a gradient case, the loss
 ``torch.compile(fullgraph=True, dynamic=False)`` with a CPU-cheap dynamo
 backend (``aot_eager`` by default, or ``eager``), called inside
 ``jax_semantics()``; ``loss.backward()`` follows the compiled call (see
-``conformance.compiled.compile_header`` for what each backend does with the
+``conformance.reports.compiled.compile_header`` for what each backend does with the
 backward). ``torch._dynamo.reset()`` runs before every case, so no graph
 or recompile budget is shared between cases.
 
 Nothing falls back to eager: a graph break (``fullgraph=True`` makes dynamo
 raise it), a backend failure, or a call that compiled no graph at all is a
-*compile error* (``conformance.compiled.COMPILE_CATEGORY``) with dynamo's
+*compile error* (``conformance.reports.compiled.COMPILE_CATEGORY``) with dynamo's
 reason. An exception whose cause is an error the eager column also
 categorizes (a ``parity.ParityError``, or a DTensor message
-``conformance.errors`` knows) is an op error with that category, whichever
+``conformance.running.errors`` knows) is an op error with that category, whichever
 dynamo wrapper carried it. Each case that compiled records
 ``"compile": {"graphs", "graph_ops", "seconds"}``.
 """
@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from conformance.compiled import COMPILE_CATEGORY, DEFAULT_BACKEND, compile_header
-from conformance.errors import categorize, error_record
-from conformance.run_torch import TorchRunner
+from conformance.reports.compiled import COMPILE_CATEGORY, DEFAULT_BACKEND, compile_header
+from conformance.running.errors import categorize, error_record
+from conformance.running.run_torch import TorchRunner
 
 # Exceptions raised by torch.compile's own machinery (by module of the class).
 _COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.fx",
@@ -93,7 +93,7 @@ def compile_failure(err: BaseException, stage: str = "compile") -> dict[str, Any
     ``None`` when it is an op error (the eager column would record it too).
 
     An op error: no exception in the chain comes from the compiler, or one
-    in the chain has a specific category (``conformance.errors.categorize``
+    in the chain has a specific category (``conformance.running.errors.categorize``
     is not ``other``). Anything else is a compile error, typed by the
     outermost compiler exception, its message naming the innermost cause;
     ``stage`` says where it was raised (``compile``: the compiled call,

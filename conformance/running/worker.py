@@ -1,7 +1,7 @@
 """The worker: one backend, one process; a case per stdin line, a result per
 stdout line. ``runner`` watches it (time limit, crashes) and restarts it.
 
-    python -m conformance.worker --backend jax|torch [--raw | --compile aot_eager]
+    python -m conformance.running.worker --backend jax|torch [--raw | --compile aot_eager]
                                  --devices 8 [--device cpu]
 
 The first line out is ``{"ready": true, "facts": {...}}`` (header facts).
@@ -16,13 +16,13 @@ import os
 import sys
 import time
 
-from conformance import run_jax  # imports JAX only when a case runs
-from conformance.compiled import compile_header
-from conformance.worker_process import exit_with_parent
+from conformance.reports.compiled import compile_header
+from conformance.running import run_jax  # imports JAX only when a case runs
+from conformance.running.worker_process import exit_with_parent
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="conformance.worker")
+    parser = argparse.ArgumentParser(prog="conformance.running.worker")
     parser.add_argument("--backend", choices=("jax", "torch"), required=True)
     parser.add_argument("--raw", action="store_true")
     parser.add_argument("--compile", metavar="BACKEND",
@@ -41,11 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         runner = run_jax.JaxRunner(args.devices, args.device)
         stack = None
     else:
-        from conformance import run_torch  # imports torch
+        from conformance.running import run_torch  # imports torch
 
         stack, facts = run_torch.setup(args.devices, args.device, raw=args.raw)
         if args.compile:
-            from conformance.run_compiled import CompiledTorchRunner
+            from conformance.running.run_compiled import CompiledTorchRunner
 
             runner = CompiledTorchRunner(args.devices, args.device, backend=args.compile)
             facts["compile"] = compile_header(args.compile)

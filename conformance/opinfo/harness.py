@@ -22,7 +22,7 @@ op under ``jax_semantics()``) and ``dtensor`` (inputs by DTensor's own
 
 In-process use (what a developer fixing an op runs)::
 
-    from conformance.opinfo import check_ops
+    from conformance.opinfo.harness import check_ops
     records = check_ops(["cumsum", "amax"], meshes=("2x4",), columns=("parity",))
     print_table(summarize(records))
     [r for r in records if r["class"] not in ("correct", "skip")]
@@ -49,9 +49,9 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from conformance.opinfo_check import (CLASSES, COLUMNS, MODES, Distributor, Finding, reference,
+from conformance.opinfo.check import (CLASSES, COLUMNS, MODES, Distributor, Finding, reference,
                                      run_case, timed)
-from conformance.opinfo_samples import (
+from conformance.opinfo.samples import (
     ALL_SCHEMES,
     MESHES,
     float32_ops,
@@ -245,7 +245,7 @@ def check_ops(names: Sequence[str] = (), *, budget: Budget = FAST,
               columns: Sequence[str] = COLUMNS) -> list[dict[str, Any]]:
     """Run the OpInfo cases of ``names`` (all float32 ops when empty) in this
     process under ``simulate(8)``; the list of records. No time limit: use
-    ``conformance.opinfo_runner.run_opinfo`` for whole-db runs."""
+    ``conformance.opinfo.runner.run_opinfo`` for whole-db runs."""
     from parity import torch_impl as ti
 
     ops = float32_ops(names)

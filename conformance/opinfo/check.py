@@ -1,7 +1,7 @@
 """One OpInfo case, run and classified: the op on sharded DTensors against the
 same op on the unsharded tensors.
 
-Must run inside ``parity.torch_impl.simulate(n)`` (``conformance.opinfo``'s
+Must run inside ``parity.torch_impl.simulate(n)`` (``conformance.opinfo.harness``'s
 worker and ``check_ops`` enter it). Classes (``CLASSES``), first that applies:
 
 * ``skip``: no case to run (the reference itself raises, nothing shardable,
@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 import parity
-from conformance.opinfo_samples import plain_mode, tensor_leaves
-from conformance.run_torch import raw_placements
+from conformance.opinfo.samples import plain_mode, tensor_leaves
+from conformance.running.run_torch import raw_placements
 from parity.errors import ParityError
 
 CLASSES = ("correct", "wrong-values", "wrong-grad-placement", "leaked-partial",

@@ -26,13 +26,13 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
-from conformance.arguments import Selection, check_writable, load_selected_cases
-from conformance.compare import HOLDS, compare_reports
-from conformance.compiled import compiled_vs_eager
-from conformance.entries import Comparison
-from conformance.html import write_html
-from conformance.report import load_report
-from conformance.summary import print_summary, write_comparison
+from conformance.commands.arguments import Selection, check_writable, load_selected_cases
+from conformance.records.entries import Comparison
+from conformance.reports.compare import HOLDS, compare_reports
+from conformance.reports.compiled import compiled_vs_eager
+from conformance.reports.html import write_html
+from conformance.reports.report import load_report
+from conformance.reports.summary import print_summary, write_comparison
 
 PROGRESS_EVERY_S = float(os.environ.get("PARITY_PROGRESS_EVERY_S", "30"))
 COLUMNS = {  # name -> (report file, parity run arguments)

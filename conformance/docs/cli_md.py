@@ -2,8 +2,8 @@
 read from the argparse definitions (``conformance.cli.build_parser``) so the
 page cannot drift from the program.
 
-    python -m conformance.cli_docs          # rewrite docs/cli.md
-    python -m conformance.cli_docs --check  # exit 1 when docs/cli.md is stale
+    python -m conformance.docs.cli_md          # rewrite docs/cli.md
+    python -m conformance.docs.cli_md --check  # exit 1 when docs/cli.md is stale
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pathlib import Path
 
 from conformance.cli import EXIT_CODES, build_parser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "cli.md"
 
 HEAD = """# The `parity` command line
 
 Generated from the argparse definitions (`conformance/cli.py`) by
-`python -m conformance.cli_docs`; a test checks that this file is current.
+`python -m conformance.docs.cli_md`; a test checks that this file is current.
 `parity --help` and `parity COMMAND --help` print the same text.
 
 Misuse (a bad flag value, a malformed case file, an `--out` that is a
@@ -79,7 +79,7 @@ def render_doc() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Write ``docs/cli.md``; with ``--check``, exit 1 (naming the file)
     when the committed page differs from the generated one."""
-    parser = argparse.ArgumentParser(prog="python -m conformance.cli_docs")
+    parser = argparse.ArgumentParser(prog="python -m conformance.docs.cli_md")
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/cli.md is stale")
     args = parser.parse_args(argv)
     text = render_doc()
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         DOC.write_text(text)
         return 0
     if not DOC.exists() or DOC.read_text() != text:
-        print(f"stale: {DOC.relative_to(ROOT)}; run python -m conformance.cli_docs",
+        print(f"stale: {DOC.relative_to(ROOT)}; run python -m conformance.docs.cli_md",
               file=sys.stderr)
         return 1
     return 0

@@ -1,6 +1,6 @@
 """PyTorch's OpInfo samples, made shardable: which ops, which samples, which layouts.
 
-Shape policy (documented in ``conformance.opinfo``): OpInfo's sample
+Shape policy (documented in ``conformance.opinfo.harness``): OpInfo's sample
 functions size their tensors with the module constants ``XS, S, M, L``
 (3, 5, 10, 20), which no mesh axis of 2 or 4 divides. While samples are
 generated those constants are set to ``SHAPE_POLICY`` (2, 4, 8, 16) in every

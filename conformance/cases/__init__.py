@@ -1,5 +1,9 @@
 """Cases: the ``Case`` type, case files, and the default catalogue's cases.
 
+This package's own module; beside it ``signatures`` (each op's case-file
+signature and the JSON Schema, from the catalogue) and ``shape_check`` (do
+a case's shapes fit its op: JAX ``eval_shape``).
+
 A case file is JSON (SPEC, "Case files"):
 
 ```json
@@ -34,10 +38,10 @@ from typing import Any
 
 import jsonschema
 
+from conformance.cases.shape_check import UnfitCase, check_fit, jax_available, warn_unchecked
+from conformance.cases.signatures import AXIS_TYPES, SIGNATURES, Kwarg, json_schema
 from conformance.catalogue import OPS, Op, unknown_op
-from conformance.shape_check import UnfitCase, check_fit, jax_available, warn_unchecked
-from conformance.signatures import AXIS_TYPES, SIGNATURES, Kwarg, json_schema
-from conformance.values import DTYPES
+from conformance.records.values import DTYPES
 from parity.layout_space import all_specs as _all_specs
 
 MESHES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
@@ -278,7 +282,7 @@ def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) 
 
 def check_signature(op: str, n_inputs: int, kwargs: Mapping[str, Any], path: str) -> None:
     """Raise ``CaseFileError`` unless ``kwargs`` fit the op's signature
-    (``conformance.signatures``): known names, JSON types, choices, every
+    (``conformance.cases.signatures``): known names, JSON types, choices, every
     required name given. The message names the field and the valid kwargs."""
     sig = SIGNATURES[op]
     for name, value in kwargs.items():

@@ -1,12 +1,12 @@
 """Whole-``op_db`` runs of the OpInfo harness, with a time limit per case.
 
-The cases run in a worker process (``python -m conformance.opinfo_runner
+The cases run in a worker process (``python -m conformance.opinfo.runner
 --worker``, inside ``simulate(8)``) that this process feeds one op at a time
 and watches: a case that runs past ``timeout`` seconds, or a worker that
 dies, is recorded as ``raw-error`` (``Timeout`` / ``Crash``), the worker is
 restarted and the op resumes at the next case, so a run never hangs.
 
-    python -m conformance.opinfo_runner [--full] [--op cumsum ...] [--mesh 2x4]
+    python -m conformance.opinfo.runner [--full] [--op cumsum ...] [--mesh 2x4]
                                         [--timeout 30] --out opinfo.json
     parity run --backend torch --source opinfo --out opinfo.json   # the same
 
@@ -19,7 +19,7 @@ Report file (``schema: "parity-opinfo/1"``)::
                 "interrupted": false},
      "summary": {column: {mode: {mesh: {class: count}}}},
      "totals":  {column: {mode: {class: count}}},       # summed over meshes
-     "cases":   [record, ...]}                          # conformance.opinfo's records
+     "cases":   [record, ...]}                          # conformance.opinfo.harness's records
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from conformance.opinfo import FAST, FULL, op_cases, print_table, summarize
-from conformance.opinfo_check import CLASSES, COLUMNS, MODES
-from conformance.opinfo_samples import MESHES, SHAPE_POLICY, float32_ops, op_key
-from conformance.worker_process import LineWorker, WorkerGone, exit_with_parent
+from conformance.opinfo.check import CLASSES, COLUMNS, MODES
+from conformance.opinfo.harness import FAST, FULL, op_cases, print_table, summarize
+from conformance.opinfo.samples import MESHES, SHAPE_POLICY, float32_ops, op_key
+from conformance.running.worker_process import LineWorker, WorkerGone, exit_with_parent
 
 SCHEMA = "parity-opinfo/1"
 READY_TIMEOUT_S = 300.0
@@ -50,7 +50,7 @@ class _Worker(LineWorker):
     """The OpInfo worker process (``--worker``); ``ops`` is its op list."""
 
     def __init__(self, log) -> None:
-        super().__init__([sys.executable, "-m", "conformance.opinfo_runner", "--worker"],
+        super().__init__([sys.executable, "-m", "conformance.opinfo.runner", "--worker"],
                          dict(os.environ, OMP_NUM_THREADS="1"), log, READY_TIMEOUT_S)
         self.ops = self.ready["ops"]
 
@@ -273,7 +273,7 @@ def _worker_main() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="conformance.opinfo_runner",
+    parser = argparse.ArgumentParser(prog="conformance.opinfo.runner",
                                      description="PyTorch OpInfo samples on sharded DTensors")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--full", action="store_true",

@@ -3,7 +3,7 @@
 ``CaseRunner`` is the base of both runners and ``run_case`` its one
 ``run()`` wrapper of ``run_jax`` and ``run_torch``:
 it times the case, turns any exception into an error record (category from
-``conformance.errors``) and adds the tolerances. ``array_record`` writes one
+``conformance.running.errors``) and adds the tolerances. ``array_record`` writes one
 output or gradient from a ``parity.Placement`` (what both backends'
 ``describe`` return) and its host values.
 
@@ -26,9 +26,9 @@ import numpy as np
 import parity
 
 from conformance.catalogue import GRAD_CLASS, Op, get_op, tolerance
-from conformance.entries import ArrayRecord, CaseResult
-from conformance.errors import error_record
-from conformance.values import encode
+from conformance.records.entries import ArrayRecord, CaseResult
+from conformance.records.values import encode
+from conformance.running.errors import error_record
 from parity.placement import Placement
 
 

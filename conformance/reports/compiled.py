@@ -1,6 +1,6 @@
 """The compiled column: what it claims, and how its verdicts read beside eager's.
 
-``parity run --backend torch --compile`` (``conformance.run_compiled``) runs
+``parity run --backend torch --compile`` (``conformance.running.run_compiled``) runs
 each case's op inside ``torch.compile`` under ``jax_semantics()``. This
 module holds what the reports and comparisons need of that column without
 importing torch: the header it writes (``compile_header``), the error
@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conformance.entries import Comparison
+from conformance.records.entries import Comparison
 
 COMPILE_CATEGORY = "compile"
 COLUMN = "torch-compiled"
@@ -120,7 +120,7 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")[:300]
 
 
-DOC_BEGIN = "<!-- begin generated: compiled column (python -m conformance.case_docs) -->"
+DOC_BEGIN = "<!-- begin generated: compiled column (python -m conformance.docs.case_format) -->"
 DOC_END = "<!-- end generated: compiled column -->"
 
 
@@ -128,7 +128,7 @@ def render_doc_section() -> str:
     """The compiled column's part of ``docs/reports.md`` (between ``DOC_BEGIN``
     and ``DOC_END``), from ``compile_header`` and this module's constants, so
     the documented header and records cannot drift from what ``parity run
-    --compile`` writes. ``python -m conformance.case_docs`` writes it."""
+    --compile`` writes. ``python -m conformance.docs.case_format`` writes it."""
     lines = [DOC_BEGIN, "",
              f"Column `{COLUMN}`; the header's `\"compile\"` field, per `--compile-backend` "
              f"(default `{DEFAULT_BACKEND}`):", "",
@@ -146,7 +146,7 @@ def render_doc_section() -> str:
               "under fullgraph, a backend failure, or `NoGraph` when no graph was built) or "
               "`backward` (the compiled backward), `type` the compiler's exception, `cause` the "
               "innermost exception it wraps. An op error raised while dynamo traced (a "
-              "`parity.ParityError`, or a DTensor message `conformance.errors` knows) keeps its "
+              "`parity.ParityError`, or a DTensor message `conformance.running.errors` knows) keeps its "
               "own category and adds `wrapped_in`: the dynamo exception that carried it.", "",
               "`parity compare` gives a compile error the verdict `compile-error` (it does not "
               "hold). With `--eager EAGER.json` (the eager parity report) the comparison JSON "

@@ -11,14 +11,14 @@ from __future__ import annotations
 import sys
 import time
 
-from conformance.report import ReportWriter, make_header
-from conformance.runner import case_fields
+from conformance.reports.report import ReportWriter, make_header
+from conformance.running.runner import case_fields
 
 
 def run_under_torchrun(cases, args) -> int:
     import torch
 
-    from conformance.run_torch import TorchRunner  # imports torch
+    from conformance.running.run_torch import TorchRunner  # imports torch
     from parity import torch_impl
 
     torch_impl.initialize()

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from conformance.compiled import COMPILE_CATEGORY
-from conformance.compiled import to_markdown as cross_markdown
-from conformance.entries import CaseSide, Comparison, VerdictRow
-from conformance.values import decode
+from conformance.records.entries import CaseSide, Comparison, VerdictRow
+from conformance.records.values import decode
+from conformance.reports.compiled import COMPILE_CATEGORY
+from conformance.reports.compiled import to_markdown as cross_markdown
 
 VERDICTS = ("match", "values-differ", "placement-differs", "grads-differ", "error-differs",
             "both-reject", "both-other", "compile-error", "missing")

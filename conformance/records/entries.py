@@ -22,7 +22,7 @@ Tolerance.__doc__ = "A tolerance class and its (rtol, atol) on the run's device.
 
 
 class ErrorRecord(TypedDict):
-    """Why a case failed on a backend: its category (``conformance.errors``),
+    """Why a case failed on a backend: its category (``conformance.running.errors``),
     the exception type and its message (at most 2,000 characters)."""
 
     category: str
@@ -82,7 +82,7 @@ class CaseEntry(CaseFields, CaseResult):
 
 
 # ------------------------------------------------------- comparisons
-# (``parity.comparison/1``: ``conformance.compare.compare_reports``)
+# (``parity.comparison/1``: ``conformance.reports.compare.compare_reports``)
 
 
 class CaseSide(TypedDict):

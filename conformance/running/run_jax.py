@@ -24,8 +24,8 @@ import numpy as np
 
 import parity
 from conformance.catalogue import Op
-from conformance.records import CaseRunner, array_record, spec_entries
-from conformance.values import host_values
+from conformance.records.values import host_values
+from conformance.running.case_runner import CaseRunner, array_record, spec_entries
 
 
 def setup(n_devices: int, device: str = "cpu") -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import parity
 from conformance.catalogue import GRAD_CLASS, TOLERANCES
-from conformance.entries import CaseEntry
+from conformance.records.entries import CaseEntry
 
 SCHEMA = "parity.report/1"
 

@@ -4,7 +4,7 @@
 for that backend's worker (e.g. a Python 3.12 venv with the newest JAX);
 the report header records the versions the worker saw.
 
-The cases run in a worker process (``conformance.worker``); this process
+The cases run in a worker process (``conformance.running.worker``); this process
 only feeds it and watches. A case that takes longer than the time limit, or
 a worker that dies (segfault, abort, out of memory), is recorded as an error
 of category ``other`` (type ``Timeout`` / ``Crash``), the worker is
@@ -30,10 +30,10 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from conformance.cases import Case
 from conformance.catalogue import get_op, tolerance
-from conformance.compiled import COLUMN, compile_header
-from conformance.entries import CaseEntry, CaseFields, CaseResult
-from conformance.report import ReportWriter, make_header
-from conformance.worker_process import LineWorker, WorkerGone
+from conformance.records.entries import CaseEntry, CaseFields, CaseResult
+from conformance.reports.compiled import COLUMN, compile_header
+from conformance.reports.report import ReportWriter, make_header
+from conformance.running.worker_process import LineWorker, WorkerGone
 
 READY_TIMEOUT_S = 300.0
 
@@ -60,13 +60,13 @@ class Worker(LineWorker):
     def __init__(self, backend: str, raw: bool, devices: int, device: str, log,
                  compile_backend: str | None = None) -> None:
         python = os.environ.get(f"PARITY_{backend.upper()}_PYTHON") or sys.executable
-        cmd = [python, "-m", "conformance.worker", "--backend", backend,
+        cmd = [python, "-m", "conformance.running.worker", "--backend", backend,
                "--devices", str(devices), "--device", device] + (["--raw"] if raw else [])
         if compile_backend:
             cmd += ["--compile", compile_backend]
         env = dict(os.environ)
         if python != sys.executable:  # another interpreter (e.g. newer JAX): this checkout first
-            root = str(Path(__file__).resolve().parents[1])
+            root = str(Path(__file__).resolve().parents[2])
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env.setdefault("OMP_NUM_THREADS", "1")
@@ -87,7 +87,7 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
     """Run ``cases`` on ``backend`` and write the report ``out``.
 
     ``compile_backend`` (torch, not raw): the compiled column, each op inside
-    ``torch.compile`` with that dynamo backend (``conformance.run_compiled``).
+    ``torch.compile`` with that dynamo backend (``conformance.running.run_compiled``).
     Returns a ``RunSummary`` (its ``compile_error``: the errors that are
     compile errors, when compiled; else ``None``).
     Raises ``RuntimeError`` when the worker cannot start at all, and

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from conformance.catalogue import OPS, Op
-from conformance.values import DTYPES
+from conformance.records.values import DTYPES
 
 SCHEMA_ID = "https://parity.invalid/case-file.schema.json"
 # A case mesh's optional ``axis_types`` (``parity.AxisType`` values, JAX's
@@ -208,7 +208,7 @@ def json_schema() -> dict[str, Any]:
         "$id": SCHEMA_ID,
         "title": "parity case file",
         "description": "Generated from conformance/catalogue/ by "
-                       "`python -m conformance.case_docs`; see docs/case-format.md.",
+                       "`python -m conformance.docs.case_format`; see docs/case-format.md.",
         "type": "object",
         "required": ["cases"],
         "properties": {"cases": {"type": "array", "items": case_schema}},

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from conformance.compare import HOLDS
-from conformance.entries import Comparison
+from conformance.records.entries import Comparison
+from conformance.reports.compare import HOLDS
 
 SCHEMA = "parity.semantics-diff/1"
 CHANGES = ("fixed", "regressed", "changed", "placement moved", "same", "added", "removed")

@@ -10,9 +10,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from conformance.compare import VERDICTS, to_markdown
-from conformance.entries import Comparison
-from conformance.html import write_html
+from conformance.records.entries import Comparison
+from conformance.reports.compare import VERDICTS, to_markdown
+from conformance.reports.html import write_html
 
 
 def write_text(path: str | Path | None, text: str) -> None:

@@ -64,8 +64,8 @@ def destroy_at_normal_exit() -> None:
 def release_destroyed_groups(groups: list) -> list[str]:
     """Drop every reference to the destroyed ``groups`` that torch's meshes and
     parity's objects hold, so that each group's destructor runs (joining its
-    worker threads) when ``groups`` goes. Returns the names of those still
-    referenced elsewhere.
+    worker threads) when ``groups`` -- the caller's only reference to them --
+    goes. Returns the names of those still referenced elsewhere.
 
     Dropped: the groups in every live ``DeviceMesh``'s ``_pg_registry`` (a
     dict of names to groups the garbage collector does not track, so the
@@ -85,7 +85,7 @@ def release_destroyed_groups(groups: list) -> list[str]:
         if type(holder).__module__.startswith("parity."):
             for name in _attribute_names(holder):
                 if id(getattr(holder, name, None)) in by_id:
-                    setattr(holder, name, None)
+                    object.__setattr__(holder, name, None)  # frozen dataclasses too
     del obj, holder, by_id
     gc.collect()
     # Counted: ``groups``, the loop's ``g`` and getrefcount's own argument.

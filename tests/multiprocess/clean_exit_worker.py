@@ -7,7 +7,9 @@ mesh's process groups outlive ``destroy_process_group()`` (torch's
 ``DeviceMesh`` and parity's collective plans hold them), and collectives
 are still in their gloo worker threads as the script returns (async
 all-reduces on a mesh axis's group, never waited: the worker that finishes
-one drops its tensor, which takes the GIL). Measured before the fix in
+one drops its tensor, which takes the GIL), and an FSDP2 module kept at
+module level holds the data axis's group too (as a script's model does).
+Measured before the fix in
 ``parity/torch_impl/runtime/shutdown.py``: 3 of 6 such jobs had a rank die
 of SIGABRT, "terminate called without an active exception", in a
 ``pt_gloo_runloop`` thread; with it, the groups' destructors drain and join
@@ -22,9 +24,12 @@ import os
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
 
 import parity
 from parity import torch_impl as ti
+
+KEPT = []  # what a script keeps at module level until it exits
 
 
 def gloo_threads() -> int:
@@ -52,6 +57,10 @@ def main() -> None:
     with ti.jax_semantics():
         s = (x * 2).sum(0)
     print(f"rank {dist.get_rank()}: ok {float(ti.to_numpy(s).sum()):.1f}", flush=True)
+    layer = fully_shard(torch.nn.Linear(4, 4), mesh=x.device_mesh["data"])
+    with ti.jax_semantics():
+        layer(torch.ones(2, 4)).sum().backward()
+    KEPT.append(layer)
     axis_group = x.device_mesh.get_group(0)
     for _ in range(20):
         dist.all_reduce(torch.ones(1 << 16), group=axis_group, async_op=True)

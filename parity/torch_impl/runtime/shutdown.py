@@ -37,6 +37,10 @@ from parity.torch_impl.runtime.torch_compat import c10d
 
 __all__ = ["destroy_at_normal_exit", "release_destroyed_groups"]
 
+# Whose objects' references to a destroyed group are dropped: library
+# bookkeeping (dead once the group is destroyed), never the user's objects.
+_LIBRARIES = ("parity.", "torch.")
+
 
 def destroy_at_normal_exit() -> None:
     """Destroy the process groups ``initialize()`` started, and join their
@@ -54,7 +58,7 @@ def destroy_at_normal_exit() -> None:
     if still_held:
         warnings.warn(
             f"process group(s) {still_held} stay referenced after destroy_process_group() "
-            "(a reference the garbage collector cannot see, e.g. a C++ object): their "
+            "(by an object of yours, or one the garbage collector cannot see): their "
             "gloo worker threads outlive the interpreter, and this rank can die of "
             "SIGABRT as it exits (pytorch#190489). "
             "Drop your references to process groups before the process ends.",
@@ -69,9 +73,9 @@ def release_destroyed_groups(groups: list) -> list[str]:
 
     Dropped: the groups in every live ``DeviceMesh``'s ``_pg_registry`` (a
     dict of names to groups the garbage collector does not track, so the
-    meshes are looked up instead), and attributes of parity's own objects
-    (the collective plans' ``Group``) that point at a destroyed group. The
-    user's own variables are left alone.
+    meshes are looked up instead), and attributes of parity's and torch's
+    own objects (the collective plans' ``Group``, FSDP2's mesh infos) that
+    point at a destroyed group. The user's own variables are left alone.
     """
     by_id = {id(g): g for g in groups}
     for obj in gc.get_objects():
@@ -82,7 +86,7 @@ def release_destroyed_groups(groups: list) -> list[str]:
                 del registry[name]
     holder = None
     for holder in gc.get_referrers(*groups):
-        if type(holder).__module__.startswith("parity."):
+        if type(holder).__module__.startswith(_LIBRARIES):
             for name in _attribute_names(holder):
                 if id(getattr(holder, name, None)) in by_id:
                     object.__setattr__(holder, name, None)  # frozen dataclasses too

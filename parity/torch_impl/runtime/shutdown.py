@@ -17,11 +17,12 @@ take_gil -> PyThread_exit_thread``).
 ``destroy_process_group()`` alone does not prevent it: it unregisters the
 groups, but a group's C++ object, and its threads, live on as long as any
 Python reference does, and torch's own ``DeviceMesh`` keeps every group it
-made in its ``_pg_registry`` (parity's collective plans keep theirs too).
+made in its ``_pg_registry`` (FSDP2's mesh infos and parity's collective
+plans keep theirs too).
 Only the group's destructor drains its queue and joins its threads. So
 after destroying, ``destroy_at_normal_exit`` drops the references that torch's
-meshes and parity's own objects still hold to the destroyed groups, and the
-groups' destructors run here, before finalization.
+and parity's own objects still hold to the destroyed groups, and the groups'
+destructors run here, before finalization.
 """
 
 from __future__ import annotations

@@ -68,13 +68,8 @@ def run_torch(configs: str, nproc: int, out: Path, *extra: str) -> dict[str, lis
     """Per config, every rank's eager and compiled results."""
     from torchrun import run_torchrun
 
-    def remove_results() -> None:  # the worker appends to them
-        for path in out.parent.glob(out.name + ".rank*.jsonl"):
-            path.unlink()
-
     run_torchrun("keras_jit_worker.py", nproc=nproc, timeout=1700,
-                 args=("--configs", configs, "--steps", "2", "--out", str(out), *extra),
-                 before_retry=remove_results)
+                 args=("--configs", configs, "--steps", "2", "--out", str(out), *extra))
     per_config: dict[str, list[dict]] = {}
     for path in sorted(out.parent.glob(out.name + ".rank*.jsonl")):
         for line in path.read_text().splitlines():

@@ -1,15 +1,16 @@
 """Run under torchrun with 4 gloo ranks: resume training from a DCP
 checkpoint in a new job (issue 23), optionally on another mesh.
 
-``save <dir> <layout>``: trains torch's test Transformer (as in
-``torch_stack_worker.py``) for ``STEPS`` steps under ``jax_semantics()``
-uninterrupted, recording the losses; then again from the same start for
-``SAVE_AT`` steps and saves model and optimizer state with
+``save <dir> <layout> [steps save_at]``: trains torch's test Transformer (as in
+``torch_stack_worker.py``) for ``steps`` (default ``STEPS``) steps under
+``jax_semantics()`` uninterrupted, recording the losses; then again from the
+same start for ``save_at`` (default ``SAVE_AT``) steps and saves model and optimizer state with
 ``torch.distributed.checkpoint`` (``get_state_dict``: FSDP2's and TP's
-DTensors as they are). ``load <dir> <layouts>``: a new job builds the model
+DTensors as they are). ``load <dir> <layouts> [steps save_at]``: a new job builds the model
 on each of the comma-separated ``layouts`` (``fsdp_tp``: FSDP2 over ``dp`` + TP over ``tp`` on (2, 2);
 ``tp``: TP over a 1-D mesh of 4), loads the checkpoint (DCP reshards), and
-trains the remaining steps. Rank 0 writes the losses to ``PARITY_RESULT_FILE``.
+trains the remaining steps (one is enough to see Adam's restored state: its
+moments and step count shape the first update after the resume). Rank 0 writes the losses to ``PARITY_RESULT_FILE``.
 """
 
 from __future__ import annotations
@@ -58,13 +59,14 @@ def step(model, opt, dp_mesh, i: int) -> float:
 
 def main() -> None:
     phase, path, layout = sys.argv[1:4]
+    steps, save_at = (int(a) for a in sys.argv[4:6]) if len(sys.argv) > 4 else (STEPS, SAVE_AT)
     ti.initialize()
     results = {}
     if phase == "save":
         model, dp_mesh, opt = build(layout)
-        results["uninterrupted"] = [step(model, opt, dp_mesh, i) for i in range(STEPS)]
+        results["uninterrupted"] = [step(model, opt, dp_mesh, i) for i in range(steps)]
         model, dp_mesh, opt = build(layout)
-        results["before_save"] = [step(model, opt, dp_mesh, i) for i in range(SAVE_AT)]
+        results["before_save"] = [step(model, opt, dp_mesh, i) for i in range(save_at)]
         model_sd, optim_sd = get_state_dict(model, opt)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
     else:
@@ -75,7 +77,7 @@ def main() -> None:
             dcp.load(state, checkpoint_id=path)
             set_state_dict(model, opt, model_state_dict=state["model"],
                            optim_state_dict=state["optim"])
-            results[one] = [step(model, opt, dp_mesh, i) for i in range(SAVE_AT, STEPS)]
+            results[one] = [step(model, opt, dp_mesh, i) for i in range(save_at, steps)]
     report(results)
 
 

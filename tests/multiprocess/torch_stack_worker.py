@@ -20,7 +20,10 @@ own ``checkpoint_activations``), ``tp_loss_parallel`` (the output layer
 leaves logits sharded on the vocab and the loss runs in ``loss_parallel()``,
 as torchtitan does), ``fsdp_tp`` (mesh (2, 2) ``("dp", "tp")``: TP over
 ``mesh["tp"]``, FSDP2 ``fully_shard`` over ``mesh["dp"]`` per block and at
-the root, torchtitan's composition; each dp half of the batch on its ranks).
+the root, torchtitan's composition; each dp half of the batch on its ranks),
+``tp_autocast`` (forward and loss under ``torch.autocast("cpu",
+dtype=torch.bfloat16)``, the backward and Adam outside it, as torch's AMP
+recipe has it; the unsharded reference under the same autocast).
 """
 
 from __future__ import annotations
@@ -67,6 +70,13 @@ def full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
+def forward_scope(config: dict):
+    """Where the forward and the loss run: bf16 autocast for ``tp_autocast``."""
+    if config.get("autocast"):
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def reference(base: Transformer, config: dict) -> dict:
     """The unsharded model: losses per step, final weights, the inference output."""
     model = copy.deepcopy(base)
@@ -74,7 +84,8 @@ def reference(base: Transformer, config: dict) -> dict:
     losses = []
     for step in range(STEPS):
         tokens, labels = data(step)
-        loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
+        with forward_scope(config):
+            loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
         loss.backward()
         if config.get("clip"):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -125,13 +136,14 @@ def train(base: Transformer, config: dict, semantics: bool) -> dict:
             half = BATCH // 2
             tokens, labels = (t[dp_rank * half:(dp_rank + 1) * half] for t in (tokens, labels))
         with scope():
-            logits = model(tokens)
             if config.get("loss_parallel"):
+                logits = model(tokens)
                 with loss_parallel():
                     loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
                     loss.backward()
             else:
-                loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+                with forward_scope(config):
+                    loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
                 loss.backward()
             for name, p in model.named_parameters():
                 g = p.grad
@@ -160,14 +172,22 @@ def train(base: Transformer, config: dict, semantics: bool) -> dict:
     return out
 
 
-def compare(result: dict, ref: dict) -> dict:
+def differences(result: dict, ref: dict) -> tuple[float, float]:
+    """(largest relative loss difference over the steps, largest weight difference)."""
     diff = max((result["weights"][n] - w).abs().max().item() for n, w in ref["weights"].items())
     loss_rel = max(abs(a - b) / abs(b) for a, b in zip(result["losses"], ref["losses"]))
+    return loss_rel, diff
+
+
+def compare(result: dict, ref: dict) -> dict:
+    loss_rel, diff = differences(result, ref)
     out = {"losses": result["losses"], "ref_losses": ref["losses"], "loss_rel": loss_rel,
            "weight_diff": diff, "placements_ok": result["placements_ok"],
            "misplaced": result["misplaced"]}
     if "inference" in ref:
         out["inference_diff"] = (result["inference"] - ref["inference"]).abs().max().item()
+    if "dtype_effect" in ref:
+        out["dtype_loss_rel"], out["dtype_weight_diff"] = ref["dtype_effect"]
     return out
 
 
@@ -189,6 +209,7 @@ CONFIGS = {
     "tp_checkpoint": {"checkpoint": True},
     "tp_loss_parallel": {"loss_parallel": True},
     "fsdp_tp": {"fsdp": True},
+    "tp_autocast": {"autocast": True},
 }
 
 
@@ -203,6 +224,10 @@ def main() -> None:
         torch.manual_seed(0)
         base = Transformer(model_args(config.get("checkpoint", False)))
         ref = reference(base, config)
+        if config.get("autocast"):
+            # What bf16 itself does to the unsharded model (against float32):
+            # the scale of rounding the sharded run is held to.
+            ref["dtype_effect"] = differences(ref, reference(base, {}))
         results[name] = {
             "parity": outcome(lambda: compare(train(base, config, True), ref)),
             "plain": outcome(lambda: compare(train(base, config, False), ref)),

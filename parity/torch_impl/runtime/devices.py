@@ -14,7 +14,6 @@ import atexit
 import contextlib
 import datetime
 import os
-import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +23,7 @@ import torch.distributed as dist
 
 import parity
 from parity.errors import ParityError
-from parity.torch_impl.runtime import state
+from parity.torch_impl.runtime import shutdown, state
 from parity.torch_impl.runtime.state import torch_device
 from parity.torch_impl.runtime.torch_compat import simulation_parts
 
@@ -135,7 +134,7 @@ def initialize(
             # Before the watchdog's own exit handler, so that it runs after it
             # (atexit is last-in, first-out): rank 0 keeps the store up for
             # the others until they are done, and only then lets it go.
-            atexit.register(_destroy_at_normal_exit)
+            atexit.register(shutdown.destroy_at_normal_exit)
             from parity.torch_impl.runtime import watchdog
 
             watchdog.start(timeout_s)  # a lost peer ends this rank with its name
@@ -143,20 +142,6 @@ def initialize(
         state.set_runtime(
             "multiprocess", dist.get_world_size(), "cuda" if backend_name == "nccl" else "cpu"
         )
-
-
-def _destroy_at_normal_exit() -> None:
-    """Destroy the process group ``initialize()`` started, as the process ends.
-
-    torch leaves that to the user, and a gloo rank that exits without it can
-    abort in its worker threads at interpreter shutdown ("terminate called
-    without an active exception", pytorch#190489; seen in this project's
-    tests). Skipped after an uncaught exception, where destroying could wait
-    on peers, and when the user has already destroyed the group.
-    """
-    failed = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    if failed is None and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def _one_gpu_per_local_rank(env: Any) -> bool:

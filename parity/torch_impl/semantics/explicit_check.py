@@ -94,8 +94,9 @@ def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict,
     a compiled function traces no mesh lookup here."""
     if axis_types_of(torch_mesh) is None and not axis_overrides.active():
         return  # all Auto
-    mesh = axis_overrides.effective(meshes.to_parity_mesh(torch_mesh))
-    explicit = set(mesh.axes_of_type(AxisType.Explicit))
+    mesh = meshes.to_parity_mesh(torch_mesh)
+    explicit = {name for name, t in zip(mesh.axis_names, axis_overrides.effective_types(mesh))
+                if t == AxisType.Explicit}
     if not explicit:
         return
     operands = _operands(args, kwargs)

@@ -335,10 +335,15 @@ def _all_to_all_plain(x, name, split, concat, tiled, coord, scope):
     chunks = gathered.unflatten(split + 1, (n, x.shape[split] // n))
     mine = torch.index_select(chunks, split + 1, coord).squeeze(split + 1)  # [n, ...]
     if not tiled:  # the split dim (size 1 per chunk) is gone; n blocks stack at concat
-        mine = mine.squeeze(split + 1)
-        return mine.movedim(0, concat)
-    mine = mine.movedim(0, concat)
-    return mine.flatten(concat, concat + 1)
+        mine = mine.squeeze(split + 1).movedim(0, concat)
+    else:
+        mine = mine.movedim(0, concat).flatten(concat, concat + 1)
+    # with standard strides: a view here keeps odd strides on size-1 dims, and
+    # a gradient's tangent shaped like it (zeros_like) then differs from the
+    # layout AOTAutograd traced -- over simulated ranks torch.compile's
+    # backward turned its per-rank blocks into LocalTensors ("expected
+    # SubclassCreationMeta, got PlainTensorMeta", torch 2.13)
+    return mine.clone(memory_format=torch.contiguous_format)
 
 
 class _AllToAll(torch.autograd.Function):

@@ -38,8 +38,8 @@ BACKEND_FUNCTIONS = (
 
 # JAX's explicit-sharding API (issue 26), on both backends with one meaning.
 EXPLICIT_FUNCTIONS = (
-    "auto_axes", "device_put", "explicit_axes", "lax", "reshard", "set_mesh", "shard_map", "typeof",
-    "with_sharding_constraint",
+    "auto_axes", "device_put", "dot", "einsum", "explicit_axes", "lax", "matmul", "reshard",
+    "set_mesh", "shard_map", "typeof", "with_sharding_constraint",
 )
 
 _active: contextvars.ContextVar[str | None] = contextvars.ContextVar(

@@ -156,14 +156,15 @@ LAX = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute"
 
 def test_the_explicit_family_is_small_and_covers_each_lax_collective(cases):
     explicit = [c for c in cases if OPS[c.op].group == "explicit"]
-    assert len(explicit) == 37
+    assert len(explicit) == 48
     assert all(c.mesh_tag == "2x4" and c.axis_types == ("explicit", "explicit")
                for c in explicit)
     assert all(c.axis_types is None for c in cases if OPS[c.op].group != "explicit")
     ops = {c.op for c in explicit}
     assert {f"shard_map_{name}" for name in LAX} | {
         "explicit_matmul", "explicit_einsum", "explicit_add", "explicit_reshard",
-        "explicit_with_sharding_constraint"} == ops
+        "explicit_with_sharding_constraint", "explicit_matmul_out_sharding",
+        "explicit_einsum_out_sharding", "explicit_dot_out_sharding"} == ops
     graded = {c.op for c in explicit if c.grad}
     # JAX defines no gradient for pmax / pmin.
     assert graded == ops - {"shard_map_pmax", "shard_map_pmin"}

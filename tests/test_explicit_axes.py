@@ -255,3 +255,27 @@ def test_auto_axes_and_explicit_axes_as_jax(sim8):
                              in_sharding=P("data", "model"))(ti.device_put(DATA, P()))
     assert seen["torch"][1:] == seen["jax"][1:] == ["float32[8@data,8@model]"]
     assert str(ti.typeof(z)) == str(jax.typeof(jz)) == "float32[8,8]"
+
+
+def test_out_sharding_types_the_contraction_jax_refuses_bare(sim8):
+    """``matmul(a, b, out_sharding=P(...))`` where ``a @ b`` is refused
+    (contracting dim sharded on both sides): JAX's type and value on both
+    backends; an ``out_sharding`` that is not a spec, or a ``P`` with no
+    ambient mesh, is a ``LayoutError``."""
+    w = DATA.T.copy()
+    with jax_ref.set_mesh(jax_mesh()):
+        ja, jb = jax_ref.device_put(DATA, P("data", "model")), jax_ref.device_put(w, P("model"))
+        with pytest.raises(JaxShardingTypeError):
+            ja @ jb
+        theirs = jax_ref.matmul(ja, jb, out_sharding=P(None, "model"))
+    with ti.set_mesh(torch_mesh()), ti.jax_semantics():
+        a, b = ti.device_put(DATA, P("data", "model")), ti.device_put(w, P("model"))
+        with pytest.raises(parity.ShardingTypeError):
+            a @ b
+        ours = ti.matmul(a, b, out_sharding=P(None, "model"))
+        with pytest.raises(parity.LayoutError, match="out_sharding"):
+            ti.matmul(a, b, out_sharding=("data", None))
+    assert str(ti.typeof(ours)) == str(jax.typeof(theirs)) == "float32[8,8@model]"
+    np.testing.assert_allclose(ti.to_numpy(ours), np.asarray(theirs), rtol=1e-6)
+    with pytest.raises(parity.LayoutError, match="ambient mesh"):
+        ti.einsum("ij,jk->ik", torch.ones(2, 2), torch.ones(2, 2), out_sharding=P())

@@ -3,13 +3,12 @@
 ``tests/multiprocess/shard_map_cases.py``, its value, ``typeof`` and
 gradient equal to ``jax.shard_map``'s on a (2, 2) mesh of 4 of JAX's
 simulated devices; eager (Explicit axes) and, for the ``COMPILED`` cases,
-with the mapped function under ``torch.compile`` (``aot_eager``, Auto axes: a mesh with Explicit axes does
-not compile yet), its backward through the compiled graph."""
+with the mapped function under ``torch.compile`` (``aot_eager``, Explicit axes too), its backward
+through the compiled graph."""
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -54,17 +53,11 @@ def run(*backends) -> dict:
         return json.loads(result_file.read_text())
 
 
-def _auto(type_str: str) -> str:
-    """The type JAX prints on Auto axes: no ``@axis`` annotations."""
-    return re.sub(r"@(\([^)]*\)|\w+)", "", type_str)
-
-
-def check(ours: dict, theirs: dict, explicit: bool) -> None:
+def check(ours: dict, theirs: dict) -> None:
     assert set(ours) <= set(theirs) and ours
     for name, got in ours.items():
         want = theirs[name]
-        types = (want["type"], want["grad_type"])
-        assert (got["type"], got["grad_type"]) == (types if explicit else tuple(map(_auto, types)))
+        assert (got["type"], got["grad_type"]) == (want["type"], want["grad_type"])
         np.testing.assert_allclose(np.array(got["value"]), want["value"], rtol=1e-6, atol=1e-5)
         np.testing.assert_allclose(np.array(got["grad"]), want["grad"], rtol=1e-6, atol=1e-5)
 
@@ -72,6 +65,6 @@ def check(ours: dict, theirs: dict, explicit: bool) -> None:
 def test_shard_map_on_gloo_ranks_eager_and_compiled_matches_jax():
     theirs = jax_results()
     results = run("aot_eager")
-    check(results["eager"], theirs, explicit=True)
+    check(results["eager"], theirs)
     assert set(results["eager"]) == set(CASES)
-    check(results["aot_eager"], theirs, explicit=False)  # compiled: on Auto axes, COMPILED
+    check(results["aot_eager"], theirs)  # compiled: the COMPILED cases

@@ -45,6 +45,22 @@ def _explicit() -> list[Op]:
        ((DM, DM), (DR, DR), (DR, RR), (DR, RM), (DM, RM), (MR, DR)),
        doc="a + b on Explicit axes: equal types, a replicated dim meets a sharded one, "
            "or two different shardings of one dim (ShardingTypeError)")
+    # out_sharding= (JAX 0.10.2's keyword on jnp.matmul / dot / einsum): the
+    # contraction a bare op refuses (contracting dim sharded on both sides)
+    # runs, and the result's type is kwargs.target.
+    op("explicit_matmul_out_sharding", "B.matmul(a, b, out_sharding=P(*target))", (F32, F32),
+       ((8, 16), (16, 8)), ((DM, MR), (RM, MR), (DR, RR)), tol="matmul",
+       variants=({"target": list(DR)}, {"target": list(DM)}),
+       doc="B.matmul(a, b, out_sharding=P(*target)) on Explicit axes: the result's type "
+           "is kwargs.target, also where a @ b is JAX's ShardingTypeError")
+    op("explicit_einsum_out_sharding",
+       "B.einsum('ij,jk->ik', a, b, out_sharding=P(*target))", (F32, F32),
+       ((8, 16), (16, 8)), ((DM, MR), (DR, RM)), tol="matmul",
+       variants=({"target": list(RR)}, {"target": list(MR)}),
+       doc="B.einsum(..., out_sharding=P(*target)) on Explicit axes (as matmul)")
+    op("explicit_dot_out_sharding", "B.dot(a, b, out_sharding=P(*target))", (F32, F32),
+       ((8, 16), (16, 8)), ((RM, MR),), tol="matmul", variants=({"target": list(RM)},),
+       doc="B.dot(a, b, out_sharding=P(*target)) on Explicit axes (as matmul)")
     # reshard / with_sharding_constraint to a target layout (kwargs.target).
     op("explicit_reshard", "B.reshard(a * 1.0, P(*target))", (F32,), ((8, 16),),
        ((DM,), (DR,), (RR,)), tol="exact",

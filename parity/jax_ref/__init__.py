@@ -32,6 +32,7 @@ from parity.jax_ref.meshes import to_named_sharding, to_parity_mesh, to_partitio
 
 from parity.jax_ref.explicit import device_put, reshard, set_mesh, shard_map, typeof
 from parity.jax_ref.explicit import auto_axes, explicit_axes, with_sharding_constraint
+from parity.jax_ref.explicit import dot, einsum, matmul
 from parity.jax_ref import lax
 
 _to_backend_device = to_jax_device

@@ -11,6 +11,7 @@ functions, with parity's meshes and specs.
 | ``shard_map(f, ...)``        | ``jax.shard_map``                            |
 | ``lax.psum`` ...             | ``jax.lax.psum`` ... (``parity.jax_ref.lax``)|
 | ``auto_axes``/``explicit_axes``| ``jax.sharding.auto_axes``/``explicit_axes``|
+| ``matmul``/``dot``/``einsum`` | ``jnp.matmul``/``dot``/``einsum`` (``out_sharding=``)|
 
 A parity mesh becomes a JAX mesh with the mesh's own ``axis_types``; a
 ``parity.P`` is resolved on the ambient mesh (``set_mesh``).
@@ -119,3 +120,28 @@ def auto_axes(f: Callable, *, axes: Any = None, out_sharding: Any = None) -> Cal
 def explicit_axes(f: Callable, *, axes: Any = None, in_sharding: Any = None) -> Callable:
     """``jax.sharding.explicit_axes`` with parity ``P``s."""
     return jax.sharding.explicit_axes(f, axes=axes, in_sharding=_jax_sharding(in_sharding))
+
+
+def _out_sharding(s: Any, what: str) -> Any:
+    if s is None or isinstance(s, PartitionSpec):
+        return None if s is None else JaxP(*s.entries)
+    if isinstance(s, TensorLayout):
+        return NamedSharding(to_jax_mesh(s.require_mesh(), None), to_partition_spec(s.spec))
+    raise LayoutError(f"{what}: out_sharding must be a parity.P(...) or a TensorLayout, got "
+                      f"{type(s).__name__}: {s!r}.", what="out_sharding", value=s)
+
+
+def matmul(a: Any, b: Any, *, out_sharding: Any = None) -> jax.Array:
+    """``jnp.matmul(a, b, out_sharding=...)`` with a parity ``P``."""
+    return jax.numpy.matmul(a, b, out_sharding=_out_sharding(out_sharding, "matmul"))
+
+
+def dot(a: Any, b: Any, *, out_sharding: Any = None) -> jax.Array:
+    """``jnp.dot(a, b, out_sharding=...)`` with a parity ``P``."""
+    return jax.numpy.dot(a, b, out_sharding=_out_sharding(out_sharding, "dot"))
+
+
+def einsum(subscripts: str, *operands: Any, out_sharding: Any = None) -> jax.Array:
+    """``jnp.einsum(subscripts, *operands, out_sharding=...)`` with a parity ``P``."""
+    return jax.numpy.einsum(subscripts, *operands,
+                            out_sharding=_out_sharding(out_sharding, "einsum"))

@@ -37,6 +37,7 @@ from parity.torch_impl.semantics import jax_semantics
 from parity.torch_impl.explicit import auto_axes, explicit_axes
 from parity.torch_impl.explicit import device_put, lax, reshard, set_mesh, shard_map, typeof
 from parity.torch_impl.explicit import with_sharding_constraint
+from parity.torch_impl.explicit import dot, einsum, matmul
 from parity.torch_impl.keras.distribution_lib import _to_backend_device, _to_backend_layout
 from parity.torch_impl.keras.distribution_lib import _to_backend_mesh
 from parity.torch_impl.keras.install import install_keras, keras_install_scope, uninstall_keras

@@ -1,8 +1,7 @@
 """Run under torchrun with 4 gloo ranks: ``shard_map`` with each ``lax``
 collective of ``shard_map_cases`` (one block per process), its value, type
 and gradient; then with the mapped function under ``torch.compile``
-(backends named on the command line; on Auto axes: a mesh with Explicit axes
-does not compile, see docs/from-jax.md). Rank 0 writes the results to ``PARITY_RESULT_FILE``."""
+(backends named on the command line), Explicit axes in both. Rank 0 writes the results to ``PARITY_RESULT_FILE``."""
 
 from __future__ import annotations
 
@@ -19,10 +18,7 @@ from shard_map_cases import CASES, COMPILED, IN, X
 
 def run_case(name: str, compiled: str | None) -> dict:
     body, out_spec = CASES[name]
-    # compiled: Auto axes (a TypedTorchMesh, which Explicit axes need, is not a
-    # type torch.compile's fake meshes know: docs/from-jax.md)
-    mesh = parity.make_mesh((2, 2), ("data", "model"),
-                            axis_types=None if compiled is None else parity.AxisType.Auto)
+    mesh = parity.make_mesh((2, 2), ("data", "model"))  # Explicit axes, compiled too
     with ti.set_mesh(mesh):
         mapped = ti.shard_map(lambda b: body(ti.lax, b), in_specs=P(*IN), out_specs=P(*out_spec))
 

@@ -31,6 +31,7 @@ from parity.torch_impl.arrays.distribute import distribute_tensor
 from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.explicit import manual
 from parity.torch_impl.semantics import axis_overrides
+from parity.torch_impl.semantics.traced_errors import raise_error
 from parity.torch_impl.collectives.redistribute import resolve_pending
 from parity.torch_impl.layouts.specs import spec_and_pending
 
@@ -124,7 +125,8 @@ def with_sharding_constraint(x: Any, spec_or_layout: Any) -> DTensor:
     if all(t == AxisType.Explicit for t in mesh.axis_types):
         spec, _ = spec_and_pending(x)
         if spec != layout.spec:
-            raise ShardingTypeError(
+            raise_error(
+                ShardingTypeError,
                 f"with_sharding_constraint is an assertion on Explicit axes: the array's "
                 f"sharding {_p(spec)} is not {_p(layout.spec)}. Fix: "
                 f"reshard(x, {_p(layout.spec)}).",

@@ -30,16 +30,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import torch
+from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from parity.errors import LayoutError, UnsupportedOpError
 from parity.torch_impl.explicit import manual
+from parity.torch_impl.semantics.traced_errors import raise_error
 from parity.torch_impl.runtime.torch_compat import funcol
 from parity.torch_impl.runtime.torch_compat import (
     funcol_all_gather_single,
     funcol_reduce_scatter_single,
-    rank_map,
 )
 
 __all__ = ["all_gather", "all_to_all", "axis_index", "pmax", "pmean", "pmin", "ppermute",
@@ -77,17 +77,32 @@ def _scatter(t: torch.Tensor, dim: int, scope: manual.Scope, name: str) -> torch
     return _wait(funcol_reduce_scatter_single(t.contiguous(), "sum", dim, group))
 
 
-def _coordinates(scope: manual.Scope, name: str) -> dict[int, int]:
-    """torch rank -> its coordinate along mesh axis ``name``."""
-    axis = scope.mesh.axis_index(name)
-    ranks = scope.torch_mesh.mesh.cpu().numpy()
-    return {int(r): int(idx[axis]) for idx, r in np.ndenumerate(ranks)}
-
-
 def _coordinate(scope: manual.Scope, name: str) -> torch.Tensor:
-    """Each rank's coordinate along mesh axis ``name`` (an int64 scalar)."""
-    where = _coordinates(scope, name)
-    return rank_map(lambda r: torch.tensor(where[r], dtype=torch.int64))
+    """Each rank's coordinate along mesh axis ``name`` (an int64 scalar):
+    its block of ``arange(size)`` sharded along that axis, cut by DTensor's
+    own Replicate -> Shard (a local slice, no collective). The ``arange`` is
+    made from the body's block (``scope.template``), so that over simulated
+    ranks it is a ``LocalTensor`` while ``torch.compile`` traces too (a
+    factory tensor is a plain one there, and AOTAutograd's backward then
+    meets a ``LocalTensor`` where it traced a plain tensor). Computed once
+    per body and axis."""
+    if name in scope.coordinates:
+        return scope.coordinates[name]
+    dim = scope.mesh.axis_index(name)
+    ndim = len(scope.mesh.axis_names)
+    size = scope.mesh.axis_size(name)
+    with torch._C.DisableTorchFunction():
+        if scope.template is not None:
+            ones = scope.template.detach().new_ones((size,), dtype=torch.int64)
+        else:
+            ones = torch.ones((size,), dtype=torch.int64)
+        whole = DTensor.from_local(ones.cumsum(0) - 1, scope.torch_mesh, [Replicate()] * ndim,
+                                   run_check=False)
+        mine = whole.redistribute(scope.torch_mesh,
+                                  [Shard(0) if d == dim else Replicate() for d in range(ndim)])
+        coord = mine.to_local().reshape(())
+    scope.coordinates[name] = coord
+    return coord
 
 
 def _typed(out: torch.Tensor, vma) -> torch.Tensor:
@@ -140,14 +155,13 @@ class _PExtreme(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, op, axes, scope):
         ctx.op = op
-        for name in axes:
-            x = _wait(funcol.all_reduce(x, op, manual.axis_group(scope, name)))
-        return x
+        return manual.all_reduce(x, op, axes, scope)
 
     @staticmethod
     def backward(ctx, ct):
         name = "pmax" if ctx.op == "max" else "pmin"
-        raise UnsupportedOpError(
+        raise_error(  # also while torch.compile traces this backward
+            UnsupportedOpError,
             f"{name} has no gradient (JAX: \"Differentiation rule for '{name}' not "
             "implemented\"). Fix: stop the gradient before it, or use psum.",
             op=name, reason="not differentiable in JAX")
@@ -259,14 +273,20 @@ def psum_scatter(x: torch.Tensor, axis_name: str, *, scatter_dimension: int = 0,
 
 # ---------------------------------------------------------------- permutations
 
-def _ppermute_plain(x, name, perm, scope):
+def _ppermute_plain(x, name, perm, coord, scope):
     n = scope.mesh.axis_size(name)
     source = [-1] * n
     for src, dst in perm:
         source[dst] = src
-    coord = _coordinates(scope, name)
-    src = rank_map(lambda r: torch.tensor([max(source[coord[r]], 0)], dtype=torch.int64))
-    has = rank_map(lambda r: torch.tensor(source[coord[r]] >= 0))
+    # per rank: the coordinate its block comes from (0 if none) and whether one does
+    # per rank: the coordinate its block comes from (0 if none) and whether
+    # one does -- sums of scalars times (coord == k), never a lookup in a
+    # plain table (a plain tensor indexed by a LocalTensor has no dispatch
+    # under torch.compile's functionalization)
+    if all(s < 0 for s in source):
+        return torch.zeros_like(x)
+    src = sum(max(source[k], 0) * (coord == k).long() for k in range(n)).reshape(1)
+    has = sum((coord == k).long() for k in range(n) if source[k] >= 0) > 0
     gathered = _gather(x.unsqueeze(0), 0, scope, name)
     picked = torch.index_select(gathered, 0, src).squeeze(0)
     return torch.where(has, picked, torch.zeros_like(picked))
@@ -274,15 +294,15 @@ def _ppermute_plain(x, name, perm, scope):
 
 class _PPermute(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, name, perm, scope):
-        ctx.args = (name, perm, scope)
-        return _ppermute_plain(x, name, perm, scope)
+    def forward(ctx, x, name, perm, coord, scope):
+        ctx.args = (name, perm, coord, scope)
+        return _ppermute_plain(x, name, perm, coord, scope)
 
     @staticmethod
     def backward(ctx, ct):
-        name, perm, scope = ctx.args
+        name, perm, coord, scope = ctx.args
         inverse = tuple((dst, src) for src, dst in perm)
-        return _ppermute_plain(ct, name, inverse, scope), None, None, None
+        return _ppermute_plain(ct, name, inverse, coord, scope), None, None, None, None
 
 
 def ppermute(x: torch.Tensor, axis_name: str, perm: Sequence[tuple[int, int]]) -> torch.Tensor:
@@ -302,37 +322,43 @@ def ppermute(x: torch.Tensor, axis_name: str, perm: Sequence[tuple[int, int]]) -
             f"in [0, {n}) (the size of axis {name!r}).",
             what="perm", value=perm)
     x = _varying_in(x, (name,), scope)
+    coord = _coordinate(scope, name)
     with torch._C.DisableTorchFunction():
-        out = _PPermute.apply(x, name, pairs, scope)
+        out = _PPermute.apply(x, name, pairs, coord, scope)
     return _typed(out, manual.vma_of(x))
 
 
-def _all_to_all_plain(x, name, split, concat, tiled, scope):
+def _all_to_all_plain(x, name, split, concat, tiled, coord, scope):
     n = scope.mesh.axis_size(name)
-    coord = _coordinate(scope, name).reshape(1)
+    coord = coord.reshape(1)
     gathered = _gather(x.unsqueeze(0), 0, scope, name)  # [n, *x.shape]
     chunks = gathered.unflatten(split + 1, (n, x.shape[split] // n))
     mine = torch.index_select(chunks, split + 1, coord).squeeze(split + 1)  # [n, ...]
     if not tiled:  # the split dim (size 1 per chunk) is gone; n blocks stack at concat
-        mine = mine.squeeze(split + 1)
-        return mine.movedim(0, concat)
-    mine = mine.movedim(0, concat)
-    return mine.flatten(concat, concat + 1)
+        mine = mine.squeeze(split + 1).movedim(0, concat)
+    else:
+        mine = mine.movedim(0, concat).flatten(concat, concat + 1)
+    # with standard strides: a view here keeps odd strides on size-1 dims, and
+    # a gradient's tangent shaped like it (zeros_like) then differs from the
+    # layout AOTAutograd traced -- over simulated ranks torch.compile's
+    # backward turned its per-rank blocks into LocalTensors ("expected
+    # SubclassCreationMeta, got PlainTensorMeta", torch 2.13)
+    return mine.clone(memory_format=torch.contiguous_format)
 
 
 class _AllToAll(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, name, split, concat, tiled, scope):
-        ctx.args = (name, split, concat, tiled, scope)
-        return _all_to_all_plain(x, name, split, concat, tiled, scope)
+    def forward(ctx, x, name, split, concat, tiled, coord, scope):
+        ctx.args = (name, split, concat, tiled, coord, scope)
+        return _all_to_all_plain(x, name, split, concat, tiled, coord, scope)
 
     @staticmethod
     def backward(ctx, ct):
-        name, split, concat, tiled, scope = ctx.args
+        name, split, concat, tiled, coord, scope = ctx.args
         if tiled:
-            return _all_to_all_plain(ct, name, concat, split, True, scope), *(None,) * 5
+            return _all_to_all_plain(ct, name, concat, split, True, coord, scope), *(None,) * 6
         # untiled: out_r[j] = x_j[r], so grad x_j[r] = ct_r[j]: the same exchange
-        return _all_to_all_plain(ct, name, concat, split, False, scope), *(None,) * 5
+        return _all_to_all_plain(ct, name, concat, split, False, coord, scope), *(None,) * 6
 
 
 def all_to_all(x: torch.Tensor, axis_name: str, split_axis: int, concat_axis: int, *,
@@ -350,8 +376,9 @@ def all_to_all(x: torch.Tensor, axis_name: str, split_axis: int, concat_axis: in
     concat = _dim(concat_axis, x.ndim, "all_to_all")
     _check_chunks("all_to_all", "split_axis", x, split, n, name, tiled)
     x = _varying_in(x, (name,), scope)
+    coord = _coordinate(scope, name)
     with torch._C.DisableTorchFunction():
-        out = _AllToAll.apply(x, name, split, concat, tiled, scope)
+        out = _AllToAll.apply(x, name, split, concat, tiled, coord, scope)
     return _typed(out, manual.vma_of(x))
 
 
@@ -361,6 +388,7 @@ def axis_index(axis_name: str) -> torch.Tensor:
     scope = manual.require_scope("axis_index")
     name = _one_axis(axis_name, "axis_index")
     manual.axis_group(scope, name)
+    out = _coordinate(scope, name)
     with torch._C.DisableTorchFunction():
-        out = _coordinate(scope, name).to(torch.int32)
+        out = out.to(torch.int32)
     return _typed(out, {name} if scope.check_vma else ())

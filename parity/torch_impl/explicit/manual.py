@@ -34,12 +34,17 @@ _ATTR = "_parity_vma"
 @dataclasses.dataclass(frozen=True)
 class Scope:
     """One running ``shard_map`` body: its parity ``mesh``, torch mesh,
-    ``manual`` axes and ``check_vma``."""
+    ``manual`` axes and ``check_vma``; ``template``, a block of the body
+    (new per-rank tensors are made from it, so that over simulated ranks
+    they are ``LocalTensor``s also while ``torch.compile`` traces), and
+    ``coordinates``, each manual axis's coordinate once asked (``lax``)."""
 
     mesh: DeviceMesh
     torch_mesh: Any
     manual: tuple[str, ...]
     check_vma: bool
+    template: torch.Tensor | None = None
+    coordinates: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
 
 
 class _Scopes(threading.local):
@@ -101,12 +106,32 @@ def axis_group(scope: Scope, name: str) -> tuple[Any, int]:
     return scope.torch_mesh, scope.mesh.axis_index(name)
 
 
+_is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to True
+
+
+def fresh(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a new tensor object (a view eagerly; a copy under
+    ``torch.compile``). A compiled function over simulated ranks must not
+    return a view of a functional collective's result (or of a tensor made
+    inside it): AOTAutograd rebuilds such an output from its base at run
+    time and, with ``LocalTensor`` blocks, returned the trace-time
+    FakeTensors (no grad: ``.numpy() is not supported for tensor
+    subclasses`` when read) or baked one into the graph (grad: "Unexpected
+    fake buffer _tensor_constant0"), torch 2.13."""
+    return t.clone() if _is_compiling() else t.view_as(t)
+
+
+def all_reduce(t: torch.Tensor, op: str, axes: tuple[str, ...], scope: Scope) -> torch.Tensor:
+    """``t`` reduced with ``op`` (``"sum"``, ``"max"``, ``"min"``) over the
+    ranks along ``axes`` (no autograd); a fresh tensor under compile."""
+    for name in axes:
+        t = funcol.wait_tensor(funcol.all_reduce(t, op, axis_group(scope, name)))
+    return t.clone() if _is_compiling() else t
+
+
 def psum_plain(t: torch.Tensor, axes: tuple[str, ...], scope: Scope) -> torch.Tensor:
     """The sum of ``t`` over the ranks along ``axes`` (no autograd)."""
-
-    for name in axes:
-        t = funcol.wait_tensor(funcol.all_reduce(t, "sum", axis_group(scope, name)))
-    return t
+    return all_reduce(t, "sum", axes, scope)
 
 
 class _PVary(torch.autograd.Function):
@@ -115,7 +140,7 @@ class _PVary(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, axes, scope):
         ctx.axes, ctx.scope = axes, scope
-        return t.view_as(t)
+        return fresh(t)
 
     @staticmethod
     def backward(ctx, ct):
@@ -124,7 +149,7 @@ class _PVary(torch.autograd.Function):
 
 def pvary(t: torch.Tensor, axes: tuple[str, ...], scope: Scope) -> torch.Tensor:
     """``t`` typed as varying also along ``axes`` (JAX's ``pvary``)."""
-    out = _PVary.apply(t, tuple(axes), scope) if t.requires_grad else t.view_as(t)
+    out = _PVary.apply(t, tuple(axes), scope) if t.requires_grad else fresh(t)
     return with_vma(out, vma_of(t) | set(axes))
 
 

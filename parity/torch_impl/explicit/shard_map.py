@@ -40,6 +40,7 @@ from parity.mesh import DeviceMesh
 from parity.partition_spec import PartitionSpec
 from parity.axis_types import AxisType
 from parity.torch_impl.semantics import axis_overrides
+from parity.torch_impl.semantics.traced_errors import raise_error
 from parity.torch_impl.layouts import meshes
 from parity.torch_impl.arrays.distribute import distribute_tensor
 from parity.torch_impl.explicit import manual
@@ -113,7 +114,6 @@ def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out
                 f"mesh axis {the_mesh.axis_names}. Fix: leave axis_names out.",
                 op="shard_map", reason="partial manual axes")
         torch_mesh = meshes.to_torch_mesh(the_mesh)
-        scope = manual.Scope(the_mesh, torch_mesh, tuple(manual_axes), bool(check_vma))
         leaves = list(args)
         specs = _broadcast(in_specs, leaves, "in_specs")
         blocks = []
@@ -132,6 +132,8 @@ def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out
                 value = distribute_tensor(value, layout)
             block = value.to_local()
             blocks.append(manual.with_vma(block, {n for names in spec for n in names}))
+        scope = manual.Scope(the_mesh, torch_mesh, tuple(manual_axes), bool(check_vma),
+                             template=blocks[0] if blocks else None)
         manual.push(scope)
         try:
             with manual.BodyMode(scope):
@@ -149,7 +151,8 @@ def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out
             varying = manual.vma_of(block)
             if check_vma and not varying <= named:
                 missing = tuple(a for a in the_mesh.axis_names if a in varying - named)
-                raise ShardingTypeError(
+                raise_error(
+                    ShardingTypeError,
                     f"shard_map out_specs[{i}] is {_p(spec)}, which claims the output is "
                     f"replicated along {missing}, but it varies along them (its type is "
                     f"varying over {tuple(sorted(varying))}). Fix: name {missing} in "
@@ -185,7 +188,8 @@ def _check_explicit_type(value: DTensor, spec: Spec, i: int) -> None:
         return tuple(tuple(n for n in names if n in explicit) for names in sp)
 
     if typed(have) != typed(spec):
-        raise ShardingTypeError(
+        raise_error(
+            ShardingTypeError,
             f"shard_map argument {i}: its type {_p(have)} does not match in_specs[{i}] "
             f"{_p(spec)} on the Explicit mesh axes {sorted(explicit)}. "
             f"Fix: reshard(x, {_p(spec)}) before the shard_map.",

@@ -15,6 +15,8 @@ from typing import Any
 
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 
+from parity.torch_impl.runtime.torch_compat import register_opaque_like_device_mesh
+
 
 class TypedTorchMesh(TorchMesh):
     """A torch ``DeviceMesh`` with ``parity_axis_types`` (the names of the
@@ -38,7 +40,14 @@ class TypedTorchMesh(TorchMesh):
         return not self.__eq__(other)
 
 
+# Under torch.compile the mesh is traced as DeviceMesh is (an opaque object
+# whose stand-in carries ``parity_axis_types``; guarded on, so a function
+# traced on an Explicit mesh recompiles for an Auto one of the same ranks).
+register_opaque_like_device_mesh(TypedTorchMesh, ("parity_axis_types",))
+
+
 def axis_types_of(torch_mesh: Any) -> tuple[str, ...] | None:
     """The axis type names a ``TypedTorchMesh`` carries; ``None`` for any
-    other mesh (all Auto)."""
-    return getattr(torch_mesh, "parity_axis_types", None)
+    other mesh (all Auto). Under ``torch.compile`` a plain mesh's stand-in
+    has no such member (dynamo refuses the lookup): the type is asked first."""
+    return torch_mesh.parity_axis_types if isinstance(torch_mesh, TypedTorchMesh) else None

@@ -148,3 +148,28 @@ def skip_frames_of(code) -> None:
 def default_store():
     """The default process group's store (torch has no public getter)."""
     return c10d._get_default_store()
+
+
+def register_opaque_like_device_mesh(cls: type, extra: tuple[str, ...]) -> None:
+    """Let ``torch.compile`` trace ``cls`` (a ``DeviceMesh`` subclass) as it
+    traces ``DeviceMesh`` (torch 2.13+: an opaque reference type whose
+    stand-in ``FakeScriptObject`` carries the listed members), the
+    attributes ``extra`` carried and guarded on too (a function traced on
+    one value of them recompiles for another). A no-op on a torch whose
+    ``DeviceMesh`` is not opaque (dynamo then traces the object itself)."""
+    import torch.distributed.tensor  # noqa: F401 - registers DeviceMesh as opaque
+    from torch.distributed.device_mesh import DeviceMesh
+
+    try:
+        from torch._library.opaque_object import MemberType, get_opaque_obj_info, register_opaque_type
+    except ImportError:
+        return
+    base = get_opaque_obj_info(DeviceMesh)
+    if base is None:
+        return
+    base_guard = base.guard_fn
+    register_opaque_type(
+        cls, typ="reference", reconstruct_fn=base.reconstruct_fn,
+        guard_fn=lambda obj: [*(base_guard(obj) if base_guard else ()),
+                              *(getattr(obj, name) for name in extra)],
+        members={**base.members, **{name: MemberType.USE_REAL for name in extra}})

@@ -26,14 +26,20 @@ def active() -> bool:
     return bool(_overrides.stack)
 
 
-def effective(mesh: DeviceMesh) -> DeviceMesh:
-    """``mesh`` with this thread's overrides applied to its axis types."""
+def effective_types(mesh: DeviceMesh) -> tuple[AxisType, ...]:
+    """``mesh``'s axis types with this thread's overrides applied (no new
+    mesh is built: ``torch.compile`` traces this)."""
     if not _overrides.stack:
-        return mesh
+        return mesh.axis_types
     types = dict(zip(mesh.axis_names, mesh.axis_types))
     for layer in _overrides.stack:
         types.update({a: t for a, t in layer.items() if a in types})
-    new = tuple(types[a] for a in mesh.axis_names)
+    return tuple(types[a] for a in mesh.axis_names)
+
+
+def effective(mesh: DeviceMesh) -> DeviceMesh:
+    """``mesh`` with this thread's overrides applied to its axis types."""
+    new = effective_types(mesh)
     return mesh if new == mesh.axis_types else mesh.with_axis_types(new)
 
 

@@ -12,6 +12,11 @@ rule then sees exactly JAX's types). When the operands name Auto axes too,
 JAX's types hold only the Explicit axes: the rule is asked again on
 stand-in operands sharded over those alone (same shapes and mesh, no
 data), and the op is refused when that plan is ``chosen``.
+
+Under ``torch.compile`` the check runs as traced code (the mesh's axis types
+and the operands' placements are constants there; a function traced on an
+Explicit mesh is guarded on them) and the error comes out as the cause of
+dynamo's error (``traced_errors``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from parity.torch_impl.semantics import axis_overrides
 from parity.torch_impl.layouts.typed_mesh import axis_types_of
 from parity.torch_impl.layouts.specs import spec_and_pending
 from parity.torch_impl.runtime.torch_compat import tree_map
-
+from parity.torch_impl.semantics.traced_errors import raise_error
 
 _is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to True
 
@@ -71,6 +76,10 @@ def _chosen_on(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_m
         if not isinstance(t, DTensor):
             return t
         spec = tuple(tuple(n for n in names if n in explicit) for names in spec_and_pending(t)[0])
+        if _is_compiling():  # dynamo traces from_local (unused: no graph node is kept)
+            meta = result_spec(t.device_mesh, spec, tuple(t.shape), t.dtype)
+            return DTensor.from_local(t.to_local().detach(), t.device_mesh, meta.placements,
+                                      run_check=False, shape=t.shape, stride=t.stride())
         meta = result_spec(torch_mesh, spec, tuple(t.shape), t.dtype)
         return DTensor.__new__(DTensor, t._local_tensor, meta, requires_grad=False)
 
@@ -81,12 +90,13 @@ def _chosen_on(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_m
 def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> None:
     """Raise ``ShardingTypeError`` for ``func`` (named ``op``) whose
     ``chosen`` plan JAX's types refuse (see the module docstring); else
-    return. Not run under ``torch.compile`` (an Explicit mesh does not
-    compile; an Auto one must trace no mesh lookup here)."""
-    if _is_compiling() or (axis_types_of(torch_mesh) is None and not axis_overrides.active()):
-        return  # compiling, or all Auto
-    mesh = axis_overrides.effective(meshes.to_parity_mesh(torch_mesh))
-    explicit = set(mesh.axes_of_type(AxisType.Explicit))
+    return. On an Auto mesh (no override running) nothing is looked up:
+    a compiled function traces no mesh lookup here."""
+    if axis_types_of(torch_mesh) is None and not axis_overrides.active():
+        return  # all Auto
+    mesh = meshes.to_parity_mesh(torch_mesh)
+    explicit = {name for name, t in zip(mesh.axis_names, axis_overrides.effective_types(mesh))
+                if t == AxisType.Explicit}
     if not explicit:
         return
     operands = _operands(args, kwargs)
@@ -100,7 +110,8 @@ def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict,
              for (loc, _), spec in zip(operands, specs)
              if loc in plan.inputs and plan.inputs[loc] != spec]
     fix = "; ".join(fixes) if fixes else "reshard the operands to one consistent sharding"
-    raise ShardingTypeError(
+    raise_error(
+        ShardingTypeError,
         f"{op}: on Explicit mesh axes the result's sharding is ambiguous for operands "
         f"sharded as {', '.join(_p(s) for s in specs)} (JAX raises ShardingTypeError "
         f"here). Fix: {fix}, or use a mesh with Auto axes.",

@@ -1,0 +1,84 @@
+"""``out_sharding=`` on contractions, as JAX 0.10.2 accepts it on
+``jnp.matmul``, ``jnp.dot`` and ``jnp.einsum``.
+
+JAX computes the contraction with the output sharding asked for: operands
+whose contracting dims are sharded -- which Explicit axes refuse without
+one ("Please specify the output sharding via the `out_sharding`
+parameter") -- are summed over those axes, and the result's type is
+``out_sharding``. Here the op runs with the ambient mesh's axes Auto (what
+``jax.sharding.auto_axes`` does, and what JAX's documentation says
+``out_sharding`` amounts to): parity's rule picks the layout and completes
+the sum, and the result is resharded to ``out_sharding`` (differentiable;
+gradients come back in each operand's sharding). Without ``out_sharding``
+each is the plain torch op under the mode.
+
+| parity (``torch_impl.``)                   | JAX                                      |
+|--------------------------------------------|------------------------------------------|
+| ``matmul(a, b, out_sharding=P(...))``      | ``jnp.matmul(a, b, out_sharding=...)``   |
+| ``dot(a, b, out_sharding=P(...))``         | ``jnp.dot(a, b, out_sharding=...)``      |
+| ``einsum(spec, *ops, out_sharding=P(...))``| ``jnp.einsum(spec, *ops, out_sharding=)``|
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from parity import ambient
+from parity.axis_types import AxisType
+from parity.errors import LayoutError
+from parity.layout import TensorLayout
+from parity.partition_spec import PartitionSpec
+from parity.torch_impl.explicit.api import reshard
+from parity.torch_impl.semantics import axis_overrides
+
+
+def _with_out_sharding(compute: Callable[[], torch.Tensor], out_sharding: Any,
+                       what: str) -> torch.Tensor:
+    if out_sharding is None:
+        return compute()
+    if isinstance(out_sharding, TensorLayout):
+        mesh = out_sharding.require_mesh()
+    elif isinstance(out_sharding, PartitionSpec):
+        mesh = ambient.get_mesh()
+        if mesh is None:
+            raise LayoutError(
+                f"{what}: out_sharding={out_sharding!r} needs an ambient mesh. Fix: run inside "
+                "`with backend.set_mesh(mesh):`, or pass a parity.TensorLayout.",
+                what="out_sharding", value=out_sharding)
+    else:
+        raise LayoutError(
+            f"{what}: out_sharding must be a parity.P(...) or a TensorLayout, got "
+            f"{type(out_sharding).__name__}: {out_sharding!r}.",
+            what="out_sharding", value=out_sharding)
+    with axis_overrides.overridden({name: AxisType.Auto for name in mesh.axis_names}):
+        out = compute()
+    return reshard(out, out_sharding)
+
+
+def matmul(a: Any, b: Any, *, out_sharding: Any = None) -> torch.Tensor:
+    """``a @ b`` laid out as ``out_sharding`` (``jnp.matmul``'s keyword).
+    Raises ``LayoutError`` for an ``out_sharding`` that is not a spec, a
+    ``P`` with no ambient mesh, or one of the wrong rank; like ``reshard``
+    otherwise."""
+    return _with_out_sharding(lambda: torch.matmul(a, b), out_sharding, "matmul")
+
+
+def dot(a: Any, b: Any, *, out_sharding: Any = None) -> torch.Tensor:
+    """``jnp.dot(a, b, out_sharding=...)``: the sum over ``a``'s last dim and
+    ``b``'s second-to-last (its only one for a vector); a scalar operand
+    multiplies. Raises like ``matmul``."""
+    def compute() -> torch.Tensor:
+        if a.ndim == 0 or b.ndim == 0:
+            return a * b
+        return torch.tensordot(a, b, dims=([a.ndim - 1], [max(b.ndim - 2, 0)]))
+
+    return _with_out_sharding(compute, out_sharding, "dot")
+
+
+def einsum(subscripts: str, *operands: Any, out_sharding: Any = None) -> torch.Tensor:
+    """``torch.einsum(subscripts, *operands)`` laid out as ``out_sharding``
+    (``jnp.einsum``'s keyword). Raises like ``matmul``."""
+    return _with_out_sharding(lambda: torch.einsum(subscripts, *operands), out_sharding, "einsum")

@@ -38,6 +38,8 @@ from parity.torch_impl.runtime.torch_compat import (
     disable_torch_function,
     enabled_local_tensor_mode,
     is_inplace_op,
+    pop_dispatch_mode,
+    push_dispatch_mode,
     return_and_correct_aliasing,
     set_rng_state,
 )
@@ -109,7 +111,18 @@ class SimulatedRanksMode(LocalTensorMode):
             if _INPLACE_VIEW in func.tags:
                 out._sync_meta()
             return out
-        return return_and_correct_aliasing(func, args, kwargs, combine_rank_results(results, None))
+        out = combine_rank_results(results, None)
+        # Speed: a view's aliasing fix-up reads the wrappers' sizes, strides and
+        # offsets through dispatch. With this mode off the stack (as it is inside
+        # its own dispatch) each read made, entered and left a fresh
+        # LocalTensorMode (about 150 us: 96 reads, 14 ms of an 80 ms Keras MLP
+        # step); with the mode back on the stack the reads come here, and run the
+        # same per-rank reads.
+        push_dispatch_mode(self)
+        try:
+            return return_and_correct_aliasing(func, args, kwargs, out)
+        finally:
+            pop_dispatch_mode()
 
 
 def _plain_op(func: Any) -> bool:

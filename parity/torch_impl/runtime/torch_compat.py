@@ -39,6 +39,8 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils._python_dispatch import (
     _disable_current_modes,
     _get_current_dispatch_mode_stack,
+    _pop_mode,
+    _push_mode,
     return_and_correct_aliasing,
 )
 
@@ -138,6 +140,8 @@ FakeTensor = torch._subclasses.fake_tensor.FakeTensor
 LocalTensorMode = _local_tensor.LocalTensorMode
 OpOverload = torch._ops.OpOverload
 disable_torch_function = torch._C.DisableTorchFunction
+push_dispatch_mode = _push_mode  # a dispatch mode back on the stack (inside its own dispatch)
+pop_dispatch_mode = _pop_mode
 combine_rank_results: Callable | None = getattr(_local_tensor, "_combine_rank_results", None)
 enabled_local_tensor_mode: Callable | None = getattr(_local_tensor, "enabled_local_tensor_mode",
                                                      None)

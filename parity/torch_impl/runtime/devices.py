@@ -1,7 +1,8 @@
 """Where the torch backend's ranks come from, and which devices they are.
 
-* ``simulate(n)``: n ranks in this process, through ``LocalTensorMode`` over
-  a ``fake`` process group of world size n;
+* ``simulate(n)``: n ranks in this process, through ``LocalTensorMode``
+  (``simulator.SimulatedRanksMode``) over a ``fake`` process group of world
+  size n;
 * ``initialize()``: one process per device under torchrun (gloo on CPU,
   NCCL on GPU), with a watchdog that names a lost peer;
 * queries (``list_devices``, ``num_processes``, ``process_id``,
@@ -25,7 +26,8 @@ import parity
 from parity.errors import ParityError
 from parity.torch_impl.runtime import shutdown, state
 from parity.torch_impl.runtime.state import torch_device
-from parity.torch_impl.runtime.torch_compat import simulation_parts
+from parity.torch_impl.runtime.simulator import SimulatedRanksMode
+from parity.torch_impl.runtime.torch_compat import fake_store
 
 __all__ = ["device_rank", "get_device_count", "initialize", "list_devices", "num_processes",
            "process_id", "simulate", "torch_device"]
@@ -45,7 +47,7 @@ def simulate(n: int = 8, device: str = "cpu") -> Iterator[None]:
     Raises ``ParityError`` for n < 1, when already simulating or inside a real
     process group, or for ``device="cuda"`` without CUDA.
     """
-    LocalTensorMode, FakeStore = simulation_parts()
+    FakeStore = fake_store()
     if not isinstance(n, int) or n < 1:
         raise ParityError(f"simulate(n) needs a positive int; got n={n!r}.")
     if device not in ("cpu", "cuda"):
@@ -62,7 +64,7 @@ def simulate(n: int = 8, device: str = "cpu") -> Iterator[None]:
         dist.init_process_group("fake", rank=0, world_size=n, store=FakeStore())
         state.set_runtime("simulated", n, device)
     try:
-        with LocalTensorMode(n), parity.use_backend("torch"):
+        with SimulatedRanksMode(n), parity.use_backend("torch"):
             yield
     finally:
         with state.lock:

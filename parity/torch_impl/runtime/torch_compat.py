@@ -36,12 +36,18 @@ from torch.distributed import distributed_c10d as c10d
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor.placement_types import _StridedShard as StridedShard
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
-from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode_stack
+from torch.utils._python_dispatch import (
+    _disable_current_modes,
+    _get_current_dispatch_mode_stack,
+    _pop_mode,
+    _push_mode,
+    return_and_correct_aliasing,
+)
 
 __all__ = [  # the private names re-exported, besides the shims defined below
     "DTensorSpec", "StridedShard", "TensorMeta", "TorchDynamoException", "c10d", "funcol",
     "substitute_in_graph", "_engine_run_backward", "_make_grads", "_tensor_or_tensors_to_tuple",
-    "tree_flatten", "tree_map", "tree_unflatten",
+    "tree_flatten", "tree_map", "tree_unflatten", "return_and_correct_aliasing",
 ]
 
 
@@ -118,13 +124,29 @@ def traced_through(cached: Callable) -> Callable:
 storage_use_count: Callable | None = getattr(torch._C, "_storage_Use_Count", None)
 
 
-def simulation_parts() -> tuple[type, type]:
-    """``(LocalTensorMode, FakeStore)``: what ``simulate(n)`` runs its ranks
-    on (imported when first asked: ``torch.testing`` is slow to import)."""
-    from torch.distributed._local_tensor import LocalTensorMode
+def fake_store() -> type:
+    """torch's ``FakeStore``, which ``simulate(n)``'s ``fake`` process group
+    runs on (imported when first asked: ``torch.testing`` is slow to import)."""
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    return LocalTensorMode, FakeStore
+    return FakeStore
+
+
+# The simulator's parts (``runtime.simulator``): torch's per-rank mode, its
+# tensor, and the helpers its per-rank loop ends with (``None`` on a torch
+# without one: the simulator then takes torch's own loop for every op).
+LocalTensor = _local_tensor.LocalTensor
+FakeTensor = torch._subclasses.fake_tensor.FakeTensor
+LocalTensorMode = _local_tensor.LocalTensorMode
+OpOverload = torch._ops.OpOverload
+disable_torch_function = torch._C.DisableTorchFunction
+push_dispatch_mode = _push_mode  # a dispatch mode back on the stack (inside its own dispatch)
+pop_dispatch_mode = _pop_mode
+combine_rank_results: Callable | None = getattr(_local_tensor, "_combine_rank_results", None)
+enabled_local_tensor_mode: Callable | None = getattr(_local_tensor, "enabled_local_tensor_mode",
+                                                     None)
+is_inplace_op: Callable | None = getattr(_local_tensor, "_is_inplace_op", None)
+set_rng_state: Callable | None = getattr(_local_tensor, "_set_rng_state", None)
 
 
 def aot_runtime_wrappers():

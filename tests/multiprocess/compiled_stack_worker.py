@@ -42,6 +42,7 @@ def run(config: dict) -> dict:
     ref = reference(base, {})
     model, dp_mesh = parallelize(base, config)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    placements = _placements(model)
 
     @torch.compile(backend="aot_eager", dynamic=config.get("dynamic"))
     def step(tokens, labels):
@@ -67,7 +68,13 @@ def run(config: dict) -> dict:
     diff = max((full(p).detach() - ref["weights"][n]).abs().max().item()
                for n, p in model.named_parameters())
     return {"ok": True, "losses": losses, "ref_losses": ref["losses"], "weight_diff": diff,
-            "dtensor_weights": all(isinstance(p, DTensor) for p in model.parameters())}
+            "sharded": len(placements), "placements_kept": _placements(model) == placements}
+
+
+def _placements(model) -> dict:
+    """Each DTensor parameter's placements, by name."""
+    return {n: [str(p) for p in w.placements] for n, w in model.named_parameters()
+            if isinstance(w, DTensor)}
 
 
 def main() -> None:

@@ -100,8 +100,10 @@ def first_compile_rank(backend: str, out: str) -> None:
     Plain DTensor cannot compile ``loss.backward()`` inside the step
     (``tests/test_compiled_step.py``), so the compared unit is the compiled
     forward and loss plus the eager backward of its result (AOTAutograd
-    compiles the backward graph at that first backward): ``fwd_loss_s``, on
-    both sides, each after ``torch._dynamo.reset()``, plain first. parity's
+    compiles the backward graph at that first backward), on both sides, each
+    after ``torch._dynamo.reset()``, after one unrelated compile that pays
+    torch's one-time costs; two rounds in opposite orders, the lower of each
+    side kept. parity's
     whole step (backward and update inside the compiled function) is
     ``whole_step_s``. ``dynamo_s``: dynamo's own tracing time in that call
     (dynamo's ``bytecode_tracing`` phase); ``phases``: every phase dynamo
@@ -135,11 +137,22 @@ def first_compile_rank(backend: str, out: str) -> None:
         found = phases()
         return {"s": seconds, "dynamo_s": found.get("bytecode_tracing", 0.0), "phases": found}
 
+    # torch's one-time costs of a first compile in a process (imports,
+    # AOTAutograd's set-up): paid here, by neither side
+    t = torch.ones(4, requires_grad=True)
+    timed(lambda: torch.compile(lambda: (t * 2).sum(), backend=backend)().backward(), _no_scope)
     result = {}
-    for name, scope in (("plain", _no_scope), ("parity", ti.jax_semantics)):
-        w1, w2 = weights()
-        fwd = torch.compile(lambda: (torch.tanh(x @ w1) @ w2 - 1).pow(2).mean(), backend=backend)
-        result[f"{name}_fwd_loss"] = timed(lambda: fwd().backward(), scope)
+    # two rounds, the order reversed in the second: the lower of each side counts
+    for order in ((("plain", _no_scope), ("parity", ti.jax_semantics)),
+                  (("parity", ti.jax_semantics), ("plain", _no_scope))):
+        for name, scope in order:
+            w1, w2 = weights()
+            fwd = torch.compile(lambda: (torch.tanh(x @ w1) @ w2 - 1).pow(2).mean(),
+                                backend=backend)
+            found = timed(lambda: fwd().backward(), scope)
+            best = result.get(f"{name}_fwd_loss")
+            if best is None or found["s"] < best["s"]:
+                result[f"{name}_fwd_loss"] = found
     w1, w2 = weights()
 
     def step():

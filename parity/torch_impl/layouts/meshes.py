@@ -85,6 +85,14 @@ def mesh_axis_names(torch_mesh: TorchMesh) -> tuple[str, ...]:
 def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
     """The parity mesh of a torch ``DeviceMesh`` (axis names ``dim0``... if unnamed)."""
     if _dynamo_compiling():
+        # Dynamo has no id() of a mesh read off a traced intermediate
+        # DTensor, and ``is`` between two of its mesh variables is not
+        # stable; it compares meshes by value (equal torch meshes: same
+        # ranks, axis names and device type, so the same parity mesh). A
+        # mesh parity never met eagerly is converted outside the trace.
+        for held, mesh in _parity_mesh_cache.values():
+            if held == torch_mesh:
+                return mesh
         return _to_parity_mesh_untraced(torch_mesh)
     cached = _parity_mesh_cache.get(id(torch_mesh))
     if cached is not None and cached[0] is torch_mesh:
@@ -111,6 +119,10 @@ def _to_parity_mesh_untraced(torch_mesh) -> DeviceMesh:
     ``DeviceMesh`` an opaque object in dynamo: reading ``.mesh`` off one
     taken from a traced intermediate DTensor raises ``UnsafeScriptObjectError:
     Unexpected type in sourceless builder``, and ``is`` between two of its
-    mesh variables is False. Here the mesh is the real object (unwrapped
-    from dynamo's ``FakeScriptObject`` where it is one)."""
+    mesh variables is not stable. Here the mesh is the real object
+    (unwrapped from dynamo's ``FakeScriptObject`` where it is one). The
+    result is a constant without a source: where dynamo guards on one of
+    its attributes, torch 2.13 fails the guard it has just built ("Guard
+    failed on the same frame it was created"), so meshes met eagerly are
+    taken from the cache first (``to_parity_mesh``)."""
     return to_parity_mesh(getattr(torch_mesh, "real_obj", torch_mesh))

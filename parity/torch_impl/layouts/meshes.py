@@ -86,12 +86,14 @@ def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
     """The parity mesh of a torch ``DeviceMesh`` (axis names ``dim0``... if unnamed)."""
     if _dynamo_compiling():
         # Dynamo has no id() of a mesh read off a traced intermediate
-        # DTensor, and ``is`` between two of its mesh variables is False;
-        # it compares meshes by value (equal torch meshes: same ranks, axis
-        # names and device type, so the same parity mesh).
+        # DTensor, and ``is`` between two of its mesh variables is not
+        # stable; it compares meshes by value (equal torch meshes: same
+        # ranks, axis names and device type, so the same parity mesh). A
+        # mesh parity never met eagerly is converted outside the trace.
         for held, mesh in _parity_mesh_cache.values():
             if held == torch_mesh:
                 return mesh
+        return _to_parity_mesh_untraced(torch_mesh)
     cached = _parity_mesh_cache.get(id(torch_mesh))
     if cached is not None and cached[0] is torch_mesh:
         return cached[1]
@@ -108,3 +110,19 @@ def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
         # init_device_mesh) rather than a new one torch compares unequal
         _mesh_cache.setdefault(mesh, torch_mesh)
     return mesh
+
+
+@torch.compiler.assume_constant_result
+def _to_parity_mesh_untraced(torch_mesh) -> DeviceMesh:
+    """``to_parity_mesh`` for dynamo: called with the real mesh while
+    dynamo traces, its result a constant of the graph. torch 2.13 makes a
+    ``DeviceMesh`` an opaque object in dynamo: reading ``.mesh`` off one
+    taken from a traced intermediate DTensor raises ``UnsafeScriptObjectError:
+    Unexpected type in sourceless builder``, and ``is`` between two of its
+    mesh variables is not stable. Here the mesh is the real object
+    (unwrapped from dynamo's ``FakeScriptObject`` where it is one). The
+    result is a constant without a source: where dynamo guards on one of
+    its attributes, torch 2.13 fails the guard it has just built ("Guard
+    failed on the same frame it was created"), so meshes met eagerly are
+    taken from the cache first (``to_parity_mesh``)."""
+    return to_parity_mesh(getattr(torch_mesh, "real_obj", torch_mesh))

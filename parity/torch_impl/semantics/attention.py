@@ -35,12 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
-from parity.layout import TensorLayout
 from parity.torch_impl.layouts import meshes
 from parity.torch_impl.semantics import pending
 from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
-from parity.torch_impl.layouts.tensors import from_local_blocks
+from parity.torch_impl.layouts.tensors import contiguous_stride
 
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
@@ -77,8 +76,12 @@ def run_attention(args: tuple, kwargs: dict) -> Any:
         rest["attn_mask"] = _mask_block(_on_mesh(mask, mesh), out_spec)
     local = F.scaled_dot_product_attention(q_local, k_local, v_local, **rest)
     shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
-    layout = TensorLayout.from_spec(tuple(out_spec), meshes.to_parity_mesh(mesh))
-    return from_local_blocks(local, layout, shape)
+    # The blocks wrapped on the operands' own torch mesh: no parity mesh or
+    # layout object, which dynamo would trace into (a graph break in
+    # TensorLayout under torch.compile).
+    return DTensor.from_local(local, mesh, S.placements_for(tuple(out_spec), mesh),
+                              run_check=False, shape=torch.Size(shape),
+                              stride=contiguous_stride(shape))
 
 
 def _on_mesh(t: torch.Tensor, mesh) -> DTensor:

@@ -57,6 +57,7 @@ from parity.torch_impl.semantics import (
     operands,
     pending,
     rules,
+    traced_plans,
 )
 from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
@@ -318,7 +319,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         return func(*args, **kwargs)
     if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] == "invariant":
         return random_ops.run(func, args, kwargs, mesh)  # the unsharded program's values
-    plan = rules.plan_for(func, args, kwargs, mesh)
+    plan = traced_plans.plan_for(func, args, kwargs, mesh)  # rules.plan_for; outside dynamo's trace
     if plan is not None and plan.chosen:  # JAX's explicit mode refuses it: on Explicit axes, raise
         explicit_check.refuse_if_explicit(func, name, plan, args, kwargs, mesh)
     keep_partial = defer and plan is not None and plan.linear

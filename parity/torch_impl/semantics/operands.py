@@ -42,8 +42,14 @@ def find_mesh(args: tuple, kwargs: dict) -> tuple[Any, bool]:
             other = value.device_mesh
             if mesh is None:
                 mesh = other
-            elif other is not mesh and other != mesh:
+                continue
+            if _dynamo_compiling():  # no ``is`` on dynamo's mesh variables
+                how = _how_meshes_differ(mesh, other)
+            elif other is mesh or other == mesh:
+                continue
+            else:
                 how = mesh_identity.differences(mesh, other)
+            if how is not None:
                 if not how:  # the same devices and names: one mesh (rehome)
                     rehome = True
                     continue
@@ -63,12 +69,44 @@ def rehome(args: tuple, kwargs: dict, mesh) -> tuple[tuple, dict]:
     ``mesh`` (``mesh_identity.rehome``: same blocks, differentiable)."""
     def one(value):
         if isinstance(value, DTensor):
-            return mesh_identity.rehome(value, mesh)
+            return _rehome_one(value, mesh)
         if isinstance(value, _SEQ) and any(isinstance(v, DTensor) for v in value):
             return type(value)(one(v) for v in value)
         return value
 
     return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
+
+
+def _rehome_one(t: DTensor, mesh) -> DTensor:
+    if not _dynamo_compiling():
+        return mesh_identity.rehome(t, mesh)
+    if _how_meshes_differ(t.device_mesh, mesh) is None:
+        return t
+    return DTensor.from_local(t.to_local(), mesh, t.placements, run_check=False,
+                              shape=t.shape, stride=t.stride())
+
+
+# Under torch.compile (torch 2.13) a torch DeviceMesh is an opaque object to
+# dynamo, and ``is`` between two of its mesh variables is not stable: the
+# same pair compared ``is`` in dynamo's first analysis of a frame and
+# ``is not`` when the analysis restarted after a graph break (the
+# ``loss.backward()`` of a compiled step), so the restart took another path
+# through ``find_mesh`` and dynamo raised ``SpeculationLogDivergence``. Mesh
+# comparisons under dynamo are therefore made on the real meshes, outside
+# the trace, and enter the graph as constants.
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
+
+
+@torch.compiler.assume_constant_result
+def _how_meshes_differ(first, second) -> tuple[str, ...] | None:
+    """``None`` when two torch meshes are equal (``is`` or ``==``), else
+    ``mesh_identity.differences`` (empty: the same mesh for JAX). Called by
+    dynamo with the real meshes (unwrapped from its ``FakeScriptObject``)."""
+    first = getattr(first, "real_obj", first)
+    second = getattr(second, "real_obj", second)
+    if first is second or first == second:
+        return None
+    return mesh_identity.differences(first, second)
 
 
 def _describe_mesh(mesh) -> str:

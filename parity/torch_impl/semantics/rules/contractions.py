@@ -56,18 +56,27 @@ def linear(call: Call) -> Plan:
     x, w, bias = call.arg(0, "input"), call.arg(1, "weight"), call.arg(2, "bias")
     if not isinstance(x, DTensor) or not isinstance(w, DTensor) or w.ndim != 2:
         raise NotCovered
-    locs = {id(t): loc for loc, t in call.tensors()}
+    # operand locations from the argument positions, never ``id()``: under
+    # torch.compile an ``id()`` of a parameter is an identity guard on it,
+    # and a frame shared by two layers (FSDP2's graph breaks around each
+    # block) was recompiled for the second layer with symbolic shapes
+    loc_x, loc_w = _loc(call, 0, "input"), _loc(call, 1, "weight")
     lets_x = "ABCDEFGHIJ"[: x.ndim - 1] + "k"
-    plan = _plan(call, [(locs[id(x)], x), (locs[id(w)], w)], [lets_x, "nk"], lets_x[:-1] + "n")
+    plan = _plan(call, [(loc_x, x), (loc_w, w)], [lets_x, "nk"], lets_x[:-1] + "n")
     if not isinstance(bias, DTensor):
         return plan
     inputs, out = dict(plan.inputs), plan.outputs[0]
     bias_names = S.spec_of(bias)[0]
     if not out[-1] and bias_names and not (set(bias_names) & {n for d in out for n in d}):
         out = out[:-1] + (bias_names,)
-        inputs[locs[id(w)]] = (bias_names, inputs[locs[id(w)]][1])
-    inputs[locs[id(bias)]] = (out[-1],)
+        inputs[loc_w] = (bias_names, inputs[loc_w][1])
+    inputs[_loc(call, 2, "bias")] = (out[-1],)
     return dataclasses.replace(plan, inputs=inputs, outputs=[out], linear=False)
+
+
+def _loc(call: Call, index: int, name: str) -> tuple:
+    """The location of the argument ``call.arg(index, name)`` reads."""
+    return ("k", name) if name in call.kwargs else ("a", index)
 
 
 @rule_for(*torch_ops("einsum"))

@@ -1,0 +1,152 @@
+"""JAX's plan for an op under ``torch.compile``, decided outside dynamo's trace.
+
+Eagerly the mode asks ``rules.plan_for`` per call. Under ``torch.compile``
+dynamo traced that rule Python op by op (the rule registry, the
+framework-free sharding algebra, spec and placement conversions): most of
+the instructions dynamo traced for a step were parity's decision, not the
+DTensor ops it decides. The plan depends only on metadata -- the function,
+each DTensor operand's placements, global shape, dtype and
+``requires_grad``, the mesh, and the non-tensor arguments -- all constants
+while dynamo traces with static shapes. So under dynamo the mode describes
+the call by those constants (``describe``, a few traced instructions per
+operand) and ``_plan_untraced`` (``torch.compiler.assume_constant_result``:
+dynamo calls it with the real values and the plan enters the graph as a
+constant) runs the very same rule on stand-in DTensors with those specs and
+meta-device blocks, cached per description. Dynamo then traces only what
+the plan says to do: the redistributes and the op.
+
+A call that cannot be described by constants (a plain tensor or an object
+among the arguments, a symbolic size under dynamic shapes) takes the traced
+rule as before. Eagerly nothing changes: ``plan_for`` is ``rules.plan_for``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor
+from torch.fx.experimental.symbolic_shapes import has_static_value
+
+from parity.torch_impl.runtime.torch_compat import DTensorSpec, TensorMeta
+from parity.torch_impl.semantics import rules
+
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
+_CONSTANTS = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format,
+              torch.layout)
+
+
+def plan_for(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
+    """``rules.plan_for(func, args, kwargs, mesh)``; under dynamo, decided
+    outside the trace when the call can be described by constants (see the
+    module docstring). Exceptions of the rule propagate as they do eagerly."""
+    if not _dynamo_compiling():
+        return rules.plan_for(func, args, kwargs, mesh)
+    described = describe(args, kwargs)
+    if described is None:
+        return rules.plan_for(func, args, kwargs, mesh)
+    found = _plan_untraced(func, described, mesh)
+    if found is None:
+        return None
+    if isinstance(found, str):  # _TRACED: the rule's outputs are computed from the outputs
+        return rules.plan_for(func, args, kwargs, mesh)
+    inputs, outputs, linear, chosen = found
+    return rules.Plan(dict(inputs), outputs, linear, chosen)
+
+
+def describe(args: tuple, kwargs: dict) -> tuple | None:
+    """The call's arguments as hashable constants: per DTensor
+    ``("T", placements, shape, dtype, requires_grad)``, per list or
+    tuple ``("L" | "U", items)``, per ``torch.Size`` ``("S", sizes)``, per
+    constant ``("C", value)``; ``None``
+    when some argument is none of these or a size is symbolic."""
+    found_args = []
+    for value in args:
+        one = _describe_one(value)
+        if one is None:
+            return None
+        found_args.append(one)
+    found_kwargs = []
+    for name, value in kwargs.items():
+        one = _describe_one(value)
+        if one is None:
+            return None
+        found_kwargs.append((name, one))
+    return tuple(found_args), tuple(found_kwargs)
+
+
+def _describe_one(value: Any) -> tuple | None:
+    if isinstance(value, DTensor):
+        # Sizes only (no rule reads a stride; dynamo 2.13 fails building a
+        # DTensor's symbolic stride as a constant), each checked with
+        # ``has_static_value``: dynamo answers it truthfully, where
+        # ``isinstance(n, int)`` is True for a symbolic size too.
+        shape = tuple(value.shape)
+        for n in shape:
+            if not has_static_value(n):
+                return None
+        return ("T", tuple(value.placements), shape, value.dtype, value.requires_grad)
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        items = []
+        for v in value:
+            one = _describe_one(v)
+            if one is None:
+                return None
+            items.append(one)
+        return ("U" if type(value) is tuple else "L", tuple(items))
+    if isinstance(value, torch.Size):
+        for n in value:
+            if not has_static_value(n):
+                return None
+        return ("S", tuple(value))
+    if isinstance(value, (bool, int, float)):
+        return ("C", value) if has_static_value(value) else None
+    if isinstance(value, _CONSTANTS):
+        return ("C", value)
+    return None
+
+
+@torch.compiler.assume_constant_result
+def _plan_untraced(func: Any, described: tuple, mesh) -> Any:
+    """The plan for a described call: called by dynamo with the real values
+    (the mesh unwrapped from dynamo's ``FakeScriptObject``)."""
+    return _plan_cached(func, described, getattr(mesh, "real_obj", mesh))
+
+
+# The answer for a plan whose output specs are a function of the outputs
+# (a rule that needs the output shapes): that call's rule is traced as before.
+_TRACED = "trace the rule"
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_cached(func: Any, described: tuple, mesh) -> Any:
+    """The plan as plain constants ``(inputs items, outputs, linear,
+    chosen)`` (a plan object would carry dynamo guards on a constant, which
+    dynamo cannot build), ``None`` (no rule) or ``_TRACED``."""
+    arg_parts, kwarg_parts = described
+    args = tuple(_rebuild(part, mesh) for part in arg_parts)
+    kwargs = {name: _rebuild(part, mesh) for name, part in kwarg_parts}
+    plan = rules.plan_for(func, args, kwargs, mesh)
+    if plan is None:
+        return None
+    if callable(plan.outputs):
+        return _TRACED
+    return tuple(plan.inputs.items()), plan.outputs, plan.linear, plan.chosen
+
+
+def _rebuild(part: tuple, mesh) -> Any:
+    kind = part[0]
+    if kind == "T":
+        _, placements, shape, dtype, requires_grad = part
+        local = torch.empty(shape, dtype=dtype, device="meta")
+        meta = TensorMeta(torch.Size(shape), local.stride(), dtype)
+        return DTensor(local, DTensorSpec(mesh, placements, tensor_meta=meta),
+                       requires_grad=requires_grad)
+    if kind == "U":
+        return tuple(_rebuild(p, mesh) for p in part[1])
+    if kind == "L":
+        return [_rebuild(p, mesh) for p in part[1]]
+    if kind == "S":
+        return torch.Size(part[1])
+    return part[1]

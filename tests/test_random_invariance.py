@@ -4,6 +4,11 @@ laid out any way on the (2, 4) and (2, 2, 2) meshes equals -- bit for bit --
 the same op on the plain global tensor (torch's own values, nothing written
 here), and dropout's gradient uses the same mask. ``random="per_rank"``
 (the opt-out) keeps torch's per-block draws, which differ.
+
+``random="counter"`` (per-block threefry): every op above, sharded, equals
+the same op on the plain tensor inside the same scope (the counter-covered
+ops draw from threefry on both sides, the rest globally), a rank hashes
+only its block's indices, and the values are not torch's own.
 """
 
 from __future__ import annotations
@@ -113,6 +118,68 @@ def test_per_rank_opt_out_draws_per_block(sim8):
     with ti.jax_semantics(random="per_rank"):
         out = F.dropout(x, 0.5)
     assert not np.array_equal(ti.to_numpy(out), expected)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda c: f"{c[0]}-{c[2]}")
+def test_counter_mode_gives_the_unsharded_programs_values(sim8, layout):
+    shape, names, spec = layout
+    value = _value()
+    mesh = parity.DeviceMesh(shape, names)
+    for name, op in OPS.items():
+        torch.manual_seed(7)
+        with ti.jax_semantics(random="counter"):
+            expected = op(torch.from_numpy(value)).numpy()
+        x = ti.distribute_tensor(value, L(spec, mesh))
+        torch.manual_seed(7)
+        with ti.jax_semantics(random="counter"):
+            out = op(x)
+        np.testing.assert_array_equal(ti.to_numpy(out), expected, err_msg=name)
+
+
+def test_counter_mode_hashes_only_the_block_and_is_not_torchs(sim8, monkeypatch):
+    from parity.torch_impl.semantics import threefry
+
+    sizes = []
+    original = threefry.threefry2x32
+
+    def recording(key, x0, x1):
+        sizes.append(x0.numel())
+        return original(key, x0, x1)
+
+    monkeypatch.setattr(threefry, "threefry2x32", recording)
+    value = _value()
+    x = ti.distribute_tensor(value, L((("data", "model"), None, None, None),
+                                      parity.DeviceMesh((2, 4), ("data", "model"))))
+    x.requires_grad_()
+    torch.manual_seed(5)
+    with ti.jax_semantics(random="counter"):
+        out = F.dropout(x, 0.5)
+        again = F.dropout(x, 0.5)
+        (out * out).sum().backward()
+    assert sizes and max(sizes) == value.size // 8, sizes  # each rank: its block only
+    torch.manual_seed(5)
+    plain = F.dropout(torch.from_numpy(value), 0.5).numpy()
+    assert not np.array_equal(ti.to_numpy(out), plain)  # threefry's values, not MT19937's
+    assert not np.array_equal(ti.to_numpy(out), ti.to_numpy(again))  # a new key per call
+    mask = ti.to_numpy(out) != 0
+    np.testing.assert_array_equal(ti.to_numpy(x.grad), np.where(mask, 8 * value, 0))
+    assert tuple(x.grad.placements) == tuple(x.placements)
+
+
+def test_a_per_rank_call_does_not_decide_later_calls(sim8):
+    # the mode's fast path remembered the per-rank call's signature as clean,
+    # and the next invariant call with it skipped the random ops
+    value = _value()
+    x = ti.distribute_tensor(value, L(("data", "model", None, None),
+                                      parity.DeviceMesh((2, 4), ("data", "model"))))
+    with ti.jax_semantics(random="per_rank"):
+        torch.nn.Dropout(0.5)(x)
+    torch.manual_seed(4)
+    expected = torch.nn.Dropout(0.5)(torch.from_numpy(value)).numpy()
+    torch.manual_seed(4)
+    with ti.jax_semantics():
+        out = torch.nn.Dropout(0.5)(x)
+    np.testing.assert_array_equal(ti.to_numpy(out), expected)
 
 
 def test_unknown_random_option_is_a_parity_error():

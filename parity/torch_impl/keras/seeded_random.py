@@ -97,11 +97,11 @@ def _restoring_default_generator(fn):
 def patches(keras) -> list[tuple]:
     """``(owner, attribute, replacement)`` for the torch backend's random
     module ``keras.random`` (``install.KerasModules``)."""
-    from torch import _dynamo
+    import torch
 
     module = keras.random
     _ORIGINAL["torch_seed_generator"] = module.torch_seed_generator
-    found = [(module, "torch_seed_generator", _dynamo.disable(_torch_seed_generator))]
+    found = [(module, "torch_seed_generator", torch.compiler.disable(_torch_seed_generator))]
     for name in FUNCTIONS:
         found.append((module, name, _restoring_default_generator(getattr(module, name))))
     return found

@@ -36,6 +36,10 @@ OPS = {
     "dropout3d_unbatched": lambda x: F.dropout3d(x, 0.5),  # (C, D, H, W)
     "alpha_dropout": lambda x: F.alpha_dropout(x, 0.5, True),
     "rrelu_inplace": lambda x: F.rrelu(x.clone(), training=True, inplace=True),
+    # factories (no operand to shard): plain draws that meet the DTensor
+    "rand": lambda x: x + torch.rand(tuple(x.shape)),
+    "randn": lambda x: x * torch.randn(tuple(x.shape)),
+    "randint": lambda x: x + torch.randint(0, 5, tuple(x.shape)),
     "rand_like": torch.rand_like,
     "randn_like": torch.randn_like,
     "randint_like": lambda x: torch.randint_like(x, 10),
@@ -89,14 +93,18 @@ def test_dropout_gradient_uses_the_same_mask(sim8, layout, dropout):
     assert tuple(out.placements) == tuple(x.placements)  # the input is never gathered
 
 
-@pytest.mark.parametrize("spec", [("data", None, None, "model"), ("data", "model", None, None)])
-def test_attention_dropout_values_and_gradient(sim8, spec):
+@pytest.mark.parametrize("mesh_shape, names, spec", [
+    ((2, 4), ("data", "model"), ("data", None, None, "model")),
+    ((2, 4), ("data", "model"), ("data", "model", None, None)),
+    ((2, 2, 2), ("a", "b", "c"), ("a", ("b", "c"), None, None)),
+], ids=["2x4-heads-replicated", "2x4", "2x2x2"])
+def test_attention_dropout_values_and_gradient(sim8, mesh_shape, names, spec):
     qkv = [_value((2, 4, 8, 8), seed) for seed in range(3)]
     refs = [torch.tensor(a, requires_grad=True) for a in qkv]
     torch.manual_seed(1)
     ref = F.scaled_dot_product_attention(*refs, dropout_p=0.5)
     ref.sum().backward()
-    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    mesh = parity.DeviceMesh(mesh_shape, names)
     xs = [ti.distribute_tensor(a, L(spec, mesh)).requires_grad_() for a in qkv]
     torch.manual_seed(1)
     with ti.jax_semantics():

@@ -9,10 +9,15 @@ pending ``Partial`` and communicates later or never, JAX completes the
 reduction at once, so the ratio includes that collective: reported, no goal).
 The random ops (dropout, ``rand_like``) draw the whole global tensor on every
 rank under ``jax_semantics()`` (the unsharded program's values) where plain
-DTensor on CPU draws each rank's block: the ratio is that cost (no goal).
+DTensor on CPU draws each rank's block: the ratio is that cost (no goal);
+under ``random="counter"`` each rank hashes only its block's indices
+(threefry: ~170 int64 elementwise ops per element), also against plain
+DTensor's per-block draw (no goal).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import torch
@@ -51,6 +56,10 @@ def cases(ti, mesh):
         # semantics/random.py); plain DTensor draws each block on CPU
         "dropout p=0.5 (global draw, no communication)": (lambda: F.dropout(a, 0.5), None),
         "rand_like (global draw, no communication)": (lambda: torch.rand_like(a), None),
+        # jax_semantics(random="counter"): each rank hashes its block's
+        # indices (threefry, semantics/threefry.py), nothing of global size
+        "dropout p=0.5 (random='counter': per-block threefry)": (lambda: F.dropout(a, 0.5), None),
+        "rand_like (random='counter': per-block threefry)": (lambda: torch.rand_like(a), None),
     }
 
 
@@ -71,13 +80,14 @@ def on_rank(cfg: dict) -> list[Row]:
 
     import parity
 
-    scope = ti.jax_semantics
     world = dist.get_world_size()
     mesh = parity.DeviceMesh((world // 2, 2), ("data", "model"))
     ops = cases(ti, mesh)
     label = f"{N}x{N} f32 unless stated, {world} gloo ranks"
     rows = []
     for name, (fn, goal) in ops.items():
+        scope = (functools.partial(ti.jax_semantics, random="counter") if "'counter'" in name
+                 else ti.jax_semantics)
         try:
             with scope():
                 fn()
@@ -93,6 +103,7 @@ def on_rank(cfg: dict) -> list[Row]:
         p_med, r_med = rank_max([median(p), median(r)])
         rows.append(Row("jax_semantics", f"{name} ({label})", p_med, r_med, goal=goal,
                         note=f"vs plain DTensor; {iters} calls x {repeats} samples"
-                        + ("" if goal else "; every rank draws the global tensor"
+                        + ("" if goal else "; every rank hashes its block" if "'counter'" in name
+                           else "; every rank draws the global tensor"
                            if "draw" in name else "; JAX adds a collective")))
     return rows

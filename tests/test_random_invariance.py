@@ -4,6 +4,11 @@ laid out any way on the (2, 4) and (2, 2, 2) meshes equals -- bit for bit --
 the same op on the plain global tensor (torch's own values, nothing written
 here), and dropout's gradient uses the same mask. ``random="per_rank"``
 (the opt-out) keeps torch's per-block draws, which differ.
+
+``random="counter"`` (per-block threefry): every op above, sharded, equals
+the same op on the plain tensor inside the same scope (the counter-covered
+ops draw from threefry on both sides, the rest globally), a rank hashes
+only its block's indices, and the values are not torch's own.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ OPS = {
     "dropout3d_unbatched": lambda x: F.dropout3d(x, 0.5),  # (C, D, H, W)
     "alpha_dropout": lambda x: F.alpha_dropout(x, 0.5, True),
     "rrelu_inplace": lambda x: F.rrelu(x.clone(), training=True, inplace=True),
+    # factories (no operand to shard): plain draws that meet the DTensor
+    "rand": lambda x: x + torch.rand(tuple(x.shape)),
+    "randn": lambda x: x * torch.randn(tuple(x.shape)),
+    "randint": lambda x: x + torch.randint(0, 5, tuple(x.shape)),
     "rand_like": torch.rand_like,
     "randn_like": torch.randn_like,
     "randint_like": lambda x: torch.randint_like(x, 10),
@@ -84,14 +93,18 @@ def test_dropout_gradient_uses_the_same_mask(sim8, layout, dropout):
     assert tuple(out.placements) == tuple(x.placements)  # the input is never gathered
 
 
-@pytest.mark.parametrize("spec", [("data", None, None, "model"), ("data", "model", None, None)])
-def test_attention_dropout_values_and_gradient(sim8, spec):
+@pytest.mark.parametrize("mesh_shape, names, spec", [
+    ((2, 4), ("data", "model"), ("data", None, None, "model")),
+    ((2, 4), ("data", "model"), ("data", "model", None, None)),
+    ((2, 2, 2), ("a", "b", "c"), ("a", ("b", "c"), None, None)),
+], ids=["2x4-heads-replicated", "2x4", "2x2x2"])
+def test_attention_dropout_values_and_gradient(sim8, mesh_shape, names, spec):
     qkv = [_value((2, 4, 8, 8), seed) for seed in range(3)]
     refs = [torch.tensor(a, requires_grad=True) for a in qkv]
     torch.manual_seed(1)
     ref = F.scaled_dot_product_attention(*refs, dropout_p=0.5)
     ref.sum().backward()
-    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    mesh = parity.DeviceMesh(mesh_shape, names)
     xs = [ti.distribute_tensor(a, L(spec, mesh)).requires_grad_() for a in qkv]
     torch.manual_seed(1)
     with ti.jax_semantics():
@@ -113,6 +126,68 @@ def test_per_rank_opt_out_draws_per_block(sim8):
     with ti.jax_semantics(random="per_rank"):
         out = F.dropout(x, 0.5)
     assert not np.array_equal(ti.to_numpy(out), expected)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda c: f"{c[0]}-{c[2]}")
+def test_counter_mode_gives_the_unsharded_programs_values(sim8, layout):
+    shape, names, spec = layout
+    value = _value()
+    mesh = parity.DeviceMesh(shape, names)
+    for name, op in OPS.items():
+        torch.manual_seed(7)
+        with ti.jax_semantics(random="counter"):
+            expected = op(torch.from_numpy(value)).numpy()
+        x = ti.distribute_tensor(value, L(spec, mesh))
+        torch.manual_seed(7)
+        with ti.jax_semantics(random="counter"):
+            out = op(x)
+        np.testing.assert_array_equal(ti.to_numpy(out), expected, err_msg=name)
+
+
+def test_counter_mode_hashes_only_the_block_and_is_not_torchs(sim8, monkeypatch):
+    from parity.torch_impl.semantics import threefry
+
+    sizes = []
+    original = threefry.threefry2x32
+
+    def recording(key, x0, x1):
+        sizes.append(x0.numel())
+        return original(key, x0, x1)
+
+    monkeypatch.setattr(threefry, "threefry2x32", recording)
+    value = _value()
+    x = ti.distribute_tensor(value, L((("data", "model"), None, None, None),
+                                      parity.DeviceMesh((2, 4), ("data", "model"))))
+    x.requires_grad_()
+    torch.manual_seed(5)
+    with ti.jax_semantics(random="counter"):
+        out = F.dropout(x, 0.5)
+        again = F.dropout(x, 0.5)
+        (out * out).sum().backward()
+    assert sizes and max(sizes) == value.size // 8, sizes  # each rank: its block only
+    torch.manual_seed(5)
+    plain = F.dropout(torch.from_numpy(value), 0.5).numpy()
+    assert not np.array_equal(ti.to_numpy(out), plain)  # threefry's values, not MT19937's
+    assert not np.array_equal(ti.to_numpy(out), ti.to_numpy(again))  # a new key per call
+    mask = ti.to_numpy(out) != 0
+    np.testing.assert_array_equal(ti.to_numpy(x.grad), np.where(mask, 8 * value, 0))
+    assert tuple(x.grad.placements) == tuple(x.placements)
+
+
+def test_a_per_rank_call_does_not_decide_later_calls(sim8):
+    # the mode's fast path remembered the per-rank call's signature as clean,
+    # and the next invariant call with it skipped the random ops
+    value = _value()
+    x = ti.distribute_tensor(value, L(("data", "model", None, None),
+                                      parity.DeviceMesh((2, 4), ("data", "model"))))
+    with ti.jax_semantics(random="per_rank"):
+        torch.nn.Dropout(0.5)(x)
+    torch.manual_seed(4)
+    expected = torch.nn.Dropout(0.5)(torch.from_numpy(value)).numpy()
+    torch.manual_seed(4)
+    with ti.jax_semantics():
+        out = torch.nn.Dropout(0.5)(x)
+    np.testing.assert_array_equal(ti.to_numpy(out), expected)
 
 
 def test_unknown_random_option_is_a_parity_error():

@@ -2,7 +2,9 @@
 draw the unsharded program's values (issue 25). Each rank seeds torch,
 draws the plain op on the global tensor (the reference: torch's own
 values), seeds again, runs the op on a DTensor laid out on the (2, 2) mesh,
-gathers the result and compares bit for bit; then dropout's gradient. Exits
+gathers the result and compares bit for bit; the same under
+``random="counter"`` against the plain op in the same scope; then
+dropout's gradient. Exits
 non-zero on the first mismatch, else prints ``rank N: ok``.
 """
 
@@ -45,6 +47,19 @@ def main() -> None:
                 np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6, err_msg=name)
             else:
                 np.testing.assert_array_equal(got, expected, err_msg=f"{name} {spec}")
+    for spec in [("data", "model", None, None), (None, None, "data", "model")]:
+        for name, op in OPS.items():  # random="counter": the plain program in the same scope
+            torch.manual_seed(13)
+            with ti.jax_semantics(random="counter"):
+                expected = op(torch.from_numpy(value)).numpy()
+            x = ti.distribute_tensor(value, parity.TensorLayout(spec, mesh))
+            torch.manual_seed(13)
+            with ti.jax_semantics(random="counter"):
+                got = ti.to_numpy(op(x))
+            if name == "attention_dropout":
+                np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6, err_msg=name)
+            else:
+                np.testing.assert_array_equal(got, expected, err_msg=f"counter {name} {spec}")
     ref = torch.tensor(value, requires_grad=True)
     torch.manual_seed(5)
     (F.dropout(ref, 0.5) ** 2).sum().backward()

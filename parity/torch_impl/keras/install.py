@@ -43,6 +43,7 @@ MODULES = {
     "torch_backend": ("keras.src.backend.torch",),
     "core": ("keras.src.backend.torch.core", "keras.src.backend.torch.ops.core"),
     "nn": ("keras.src.backend.torch.nn", "keras.src.backend.torch.ops.nn"),
+    "random": ("keras.src.backend.torch.random",),
     "trainer": ("keras.src.backend.torch.trainer",),
     "variables": ("keras.src.backend.common.variables",),
     "layer": ("keras.src.layers.layer",),
@@ -134,7 +135,7 @@ def _stale_variables() -> int:
 
 def _patches(keras: KerasModules) -> list[tuple[Any, str, Any]]:
     """Every ``(owner, attribute, replacement)`` the shim sets."""
-    from parity.torch_impl.keras import distribution_lib, trainer, variables
+    from parity.torch_impl.keras import distribution_lib, seeded_random, trainer, variables
 
     found = [
         (keras.backend, "distribution_lib", distribution_lib),  # H1
@@ -144,7 +145,8 @@ def _patches(keras: KerasModules) -> list[tuple[Any, str, Any]]:
         # keras-nightly's own torch distribution_lib, which its modules
         # import by attribute at call time: parity's stands in for it.
         found.append((keras.torch_backend, "distribution_lib", distribution_lib))
-    return found + variables.patches(keras) + trainer.patches(keras)
+    return (found + variables.patches(keras) + trainer.patches(keras)
+            + seeded_random.patches(keras))
 
 
 def _apply(patches: list[tuple[Any, str, Any]]) -> None:

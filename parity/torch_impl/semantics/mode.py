@@ -108,10 +108,12 @@ class JaxSemantics:
     """The context returned by ``jax_semantics()``; see there."""
 
     def __init__(self, defer: bool = False, random: str = "invariant") -> None:
-        if random not in ("invariant", "per_rank"):
+        if random not in ("invariant", "counter", "per_rank"):
             raise ParityError(f"jax_semantics(random={random!r}): choose 'invariant' (every "
-                              "rank draws the unsharded program's values) or 'per_rank' "
-                              "(torch's own: each rank draws for its block).")
+                              "rank draws the unsharded program's values), 'counter' (each "
+                              "rank draws its block's values from a counter-based generator, "
+                              "as JAX's threefry) or 'per_rank' (torch's own: each rank "
+                              "draws for its block).")
         self.defer = bool(defer)
         self.random = random
 
@@ -178,9 +180,14 @@ def jax_semantics(defer: bool = False, random: str = "invariant") -> JaxSemantic
     (dropout, ``rand_like``, ``bernoulli``, ``normal_``, attention's dropout,
     ...) draw the values the unsharded program draws after the same
     ``torch.manual_seed``, whatever the mesh and layout, as a JAX key does
-    (``parity.torch_impl.semantics.random``); ``random="per_rank"`` opts out:
-    each rank draws for its own block (torch's behaviour). Any other value
-    raises ``parity.ParityError``.
+    (``parity.torch_impl.semantics.random``); ``random="counter"``: dropout,
+    ``rand_like``/``randn_like``/``randint_like``, ``uniform_``/``normal_``/
+    ``bernoulli_`` draw each element from a key and its global index
+    (threefry, as JAX): a rank computes only its block, and the same ops on
+    plain tensors inside the scope draw the same way, so the unsharded
+    program gives the same values (not plain torch's); ``random="per_rank"``
+    opts out: each rank draws for its own block (torch's behaviour). Any
+    other value raises ``parity.ParityError``.
 
     Nestable (the innermost options win), re-entrant, and per thread.
     """
@@ -247,7 +254,7 @@ class _JaxSemanticsMode(TorchFunctionMode):
             return func(*args, **kwargs)
         mesh, rehome = operands.find_mesh(args, kwargs)
         if mesh is None:
-            return func(*args, **kwargs)
+            return _plain(func, args, kwargs)
         return _run(func, name or "", args, kwargs, mesh, None, rehome)
 
 
@@ -261,8 +268,18 @@ def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
         return func(*args, **kwargs)
     mesh, rehome = operands.find_mesh(args, kwargs)
     if mesh is None:
-        return func(*args, **kwargs)
+        return _plain(func, args, kwargs)
     return _run(func, name or "", args, kwargs, mesh, key, rehome)
+
+
+def _plain(func, args: tuple, kwargs: dict) -> Any:
+    """A call without DTensors. Under ``random="counter"`` a random op on
+    plain tensors draws from the same counter generator as on DTensors
+    (issue 25: the unsharded program's values are the sharded one's)."""
+    if (random_ops.listed(func) and _state.options[-1]["random"] == "counter"
+            and random_ops.by_counter(func, args, kwargs)):
+        return random_ops.run_counter(func, args, kwargs)
+    return func(*args, **kwargs)
 
 
 def _backward(func, args: tuple, kwargs: dict) -> Any:
@@ -317,8 +334,9 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if name in _OBSERVERS:
         args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
         return func(*args, **kwargs)
-    if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] == "invariant":
-        return random_ops.run(func, args, kwargs, mesh)  # the unsharded program's values
+    if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] != "per_rank":
+        return random_ops.run(func, args, kwargs, mesh,  # the unsharded program's values
+                              counter=_state.options[-1]["random"] == "counter")
     plan = traced_plans.plan_for(func, args, kwargs, mesh)  # rules.plan_for; outside dynamo's trace
     if plan is not None and plan.chosen:  # JAX's explicit mode refuses it: on Explicit axes, raise
         explicit_check.refuse_if_explicit(func, name, plan, args, kwargs, mesh)
@@ -366,7 +384,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
                        keep_partial)
     result = _finish(out, plan, keep_partial)
     if key is not None and not moved and not rehomed and result is out and not _any_partial(out) \
-            and not (plan is not None and plan.chosen):  # chosen: re-checked per mesh
+            and not (plan is not None and plan.chosen) \
+            and not random_ops.listed(func):  # chosen: re-checked per mesh; random: per option
         fast_path.remember(key)
     return result
 

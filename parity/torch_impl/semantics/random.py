@@ -1,14 +1,14 @@
 """Random ops whose values do not depend on the sharding (issue 25).
 
 In JAX a key gives the same numbers whatever the sharding: a model trains
-to the same curve on 8 devices as on 1. DTensor gets that on CUDA only (its
-offset-based Philox tracker: ``torch.distributed.tensor._random`` refuses a
-CPU mesh, "requires the presence of CUDA/CUDA-like/XPU device"); on CPU and
-over simulated ranks each rank drew for its own block from its own
-generator, so ``F.dropout(x)`` of a sharded ``x`` differed from the
-unsharded program's after the same ``torch.manual_seed``.
+to the same curve on 8 devices as on 1. DTensor does not: on CUDA its
+offset-based Philox tracker keeps the ranks consistent but its values
+depend on the layout (see below; ``torch.distributed.tensor._random``
+refuses a CPU mesh); on CPU and over simulated ranks each rank drew for its
+own block from its own generator, so ``F.dropout(x)`` of a sharded ``x``
+differed from the unsharded program's after the same ``torch.manual_seed``.
 
-Under ``jax_semantics()`` (unless ``random="per_rank"``, the opt-out) every
+Under ``jax_semantics()`` (``random="invariant"``, the default) every
 random op with a DTensor operand draws what the *unsharded* program draws --
 torch's own generator, called once for the whole global shape, exactly as
 plain torch calls it -- and each rank keeps its block:
@@ -39,13 +39,40 @@ Over simulated ranks torch's ``LocalTensorMode`` runs an op once per rank
 from the same generator state and leaves the state one call advanced, as
 one process would; on gloo ranks every process holds the same seed. Either
 way every rank draws the same global tensor: the values equal the unsharded
-program's bit for bit, on any mesh and layout. The cost: each rank draws
-the whole tensor (torch's CPU generator, MT19937, cannot skip ahead to a
-block, and its bernoulli kernel draws one MKL stream seed per call), i.e.
-the unsharded op's time and one transient global-size buffer per rank
-(``benchmarks``: the ``random`` row). Counter-based per-block generation
-(DTensor's CUDA tracker, JAX's partitionable threefry) would avoid that but
-would not give plain torch's values on CPU: not done.
+program's bit for bit, on any mesh and layout.
+
+The cost of ``"invariant"``, and its bound: each rank draws the whole
+tensor -- the unsharded op's time, and one transient buffer of the global
+shape per rank (global numel x itemsize; the result keeps only the block).
+A faithful per-block scheme does not exist for torch's CPU generator:
+MT19937 cannot skip ahead to a block's first element, ``normal_``'s
+vectorised path pairs values by position in the whole tensor, and
+``bernoulli_`` seeds one MKL stream per call from the generator. DTensor's
+CUDA ``OffsetBasedRNGTracker`` does not give the unsharded values either:
+it moves the Philox offset of each shard to ``shard_linear_index x
+local_numel`` (``_compute_rng_offsets``), so the ranks' values are disjoint
+and agree across ranks, but depend on the layout and differ from one
+device's (and it refuses a CPU mesh).
+
+``random="counter"`` is the per-block scheme, for tensors too large to
+draw whole on every rank: dropout (plain and feature forms), ``rand_like``,
+``randn_like``, ``randint_like``, ``uniform_``/``normal_``/``bernoulli_``
+(scalar ``p``) and ``nn.init.uniform_``/``normal_`` (hence the initialisers
+built on them: ``xavier_*``, ``trunc_normal_``, ...) draw each element from
+threefry-2x32 of a per-call key and its global row-major index
+(``semantics.threefry``: JAX's partitionable threefry, equal to
+``jax.random.bits``/``uniform`` bit for bit). The key is two words drawn
+from torch's generator (or the op's ``generator=``), once per call, so
+``torch.manual_seed`` still fixes a run and successive calls differ. A
+rank builds only its block's indices (per dim a range cut as the dim is)
+and evaluates the hash there: nothing of global size. The unsharded
+reference under ``"counter"`` is the same program on plain tensors inside
+the same ``jax_semantics(random="counter")`` scope -- those ops draw from
+threefry too -- not plain torch outside it (whose CPU generator has no
+per-block form). The other random ops keep the ``"invariant"`` global draw
+under ``"counter"`` (their plain-tensor calls stay torch's): both sides
+then still agree. The cost: about 170 elementwise int64 ops per element
+(``benchmarks``: the ``random`` rows).
 
 ``random="per_rank"`` keeps torch's own behaviour (each rank draws for its
 block; DTensor's CUDA tracker where it applies).
@@ -53,6 +80,8 @@ block; DTensor's CUDA tracker where it applies).
 
 from __future__ import annotations
 
+import contextlib
+import math
 from typing import Any
 
 import torch
@@ -60,9 +89,10 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Replicate
 
 from parity import sharding_rules as R
-from parity.torch_impl.semantics import pending
+from parity.torch_impl.semantics import pending, threefry
 from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
+from parity.torch_impl.runtime.torch_compat import maybe_disable_local_tensor_mode
 
 _DROPOUT = frozenset({F.dropout, torch.dropout, torch.dropout_})
 _FEATURE_DROPOUT = frozenset({F.dropout1d, F.dropout2d, F.dropout3d, torch.feature_dropout,
@@ -85,6 +115,10 @@ _GATHERED = frozenset({
 _ALPHA = frozenset({F.alpha_dropout, F.feature_alpha_dropout, torch.alpha_dropout,
                     torch.feature_alpha_dropout})
 RANDOM_OPS = _DROPOUT | _FEATURE_DROPOUT | _LIKE | _IN_PLACE | _INIT | _GATHERED
+# drawn per block from threefry under random="counter" (the rest: as "invariant")
+_COUNTER = _DROPOUT | _FEATURE_DROPOUT | _LIKE | frozenset({
+    torch.Tensor.uniform_, torch.Tensor.normal_, torch.Tensor.bernoulli_,
+    torch.nn.init.uniform_, torch.nn.init.normal_})
 
 
 def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any) -> Any:
@@ -94,8 +128,12 @@ def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any) -> Any:
 
 
 @torch._dynamo.assume_constant_result
-def _listed(func: Any) -> bool:
+def listed(func: Any) -> bool:
+    """Whether ``func`` is one of the random ops this module handles."""
     return func in RANDOM_OPS
+
+
+_listed = listed
 
 
 def draws(func: Any, args: tuple, kwargs: dict) -> bool:
@@ -112,6 +150,18 @@ def draws(func: Any, args: tuple, kwargs: dict) -> bool:
     if func in (F.rrelu, torch.rrelu):
         return bool(_arg(args, kwargs, 3, "training", False))
     return True
+
+
+def by_counter(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether ``random="counter"`` draws this call per block from threefry
+    (a call ``draws`` accepts, of an op in the counter set; ``bernoulli_``
+    with a scalar ``p``)."""
+    if not _listed(func) or func not in _COUNTER:
+        return False
+    if func is torch.Tensor.bernoulli_ and isinstance(_arg(args, kwargs, 1, "p", 0.5),
+                                                      torch.Tensor):
+        return False
+    return draws(func, args, kwargs)
 
 
 def _full(shape, dtype, fill) -> torch.Tensor:
@@ -135,12 +185,15 @@ def _laid_out_as(full: torch.Tensor, like: DTensor) -> DTensor:
     return _laid_out(full, like.device_mesh, tuple(like.placements))
 
 
-def run(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
+def run(func: Any, args: tuple, kwargs: dict, mesh, counter: bool = False) -> Any:
     """``func(*args, **kwargs)`` (a call ``draws`` accepts, with a DTensor
     operand) with the unsharded program's random values, laid out as the
-    module doc says."""
+    module doc says; ``counter``: the calls ``by_counter`` accepts are drawn
+    per block from threefry (``run_counter``)."""
     args = tuple(pending.complete(a) if isinstance(a, DTensor) else a for a in args)
     kwargs = {k: pending.complete(v) if isinstance(v, DTensor) else v for k, v in kwargs.items()}
+    if counter and by_counter(func, args, kwargs):
+        return run_counter(func, args, kwargs)
     if func in _DROPOUT or func in _FEATURE_DROPOUT:
         return _dropout(func, args, kwargs)
     if func in _LIKE:
@@ -244,3 +297,142 @@ def _gathered(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
         return value
 
     return tuple(lay_out(v) for v in out) if isinstance(out, tuple) else lay_out(out)
+
+
+# --- random="counter": per-block values from threefry --------------------------
+
+
+def _key(generator: torch.Generator | None) -> tuple[int, int]:
+    """This call's threefry key: two 32-bit words drawn from ``generator``
+    (torch's default one if ``None``), once per call. Over simulated ranks
+    the draw runs per rank, as any op: ``LocalTensorMode`` keeps a generator
+    state per rank, and every rank's advances by the same one draw (the
+    ranks hold the same seed, so the words agree: ``item`` checks it); an
+    explicit ``generator`` is one object, drawn from once, outside them."""
+    scope = maybe_disable_local_tensor_mode() if generator is not None else contextlib.nullcontext()
+    with scope:
+        words = torch.randint(0, 2 ** 32, (2,), dtype=torch.int64, generator=generator)
+    return int(words[0].item()), int(words[1].item())
+
+
+def _contiguous_strides(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _block_index(shape: tuple, spec, mesh) -> torch.Tensor:
+    """The global row-major indices of this rank's block of a tensor of
+    ``shape`` laid out as ``spec`` (a local tensor): per dim a 1-d range,
+    cut as that dim is (a local slice of a replicated vector: no
+    communication), broadcast-summed. Nothing of global size is made."""
+    index = torch.zeros((), dtype=torch.int64)
+    for d, (n, stride) in enumerate(zip(shape, _contiguous_strides(shape))):
+        vec = torch.arange(n, dtype=torch.int64) * stride
+        if spec[d]:
+            whole = DTensor.from_local(vec, mesh, [Replicate()] * mesh.ndim, run_check=False)
+            vec = redistribute.redistribute_to(whole, (spec[d],)).to_local()
+        index = index.unsqueeze(-1) + vec
+    return index
+
+
+def _counter_tensor(like: Any, fill, shape: tuple | None = None, spec=None) -> torch.Tensor:
+    """``fill(index)`` on the global indices of a tensor of ``shape``
+    (``like``'s by default): for a DTensor ``like`` only this rank's block
+    of them, laid out as ``spec`` (``like``'s by default) and returned as a
+    DTensor; for a plain ``like`` the whole tensor."""
+    shape = tuple(like.shape) if shape is None else tuple(shape)
+    if not isinstance(like, DTensor):
+        return fill(torch.arange(math.prod(shape), dtype=torch.int64).view(shape))
+    mesh = like.device_mesh
+    spec = S.spec_of(like) if spec is None else spec
+    local = fill(_block_index(shape, spec, mesh))
+    return DTensor.from_local(local, mesh, S.placements_for(spec, mesh), run_check=False,
+                              shape=torch.Size(shape), stride=_contiguous_strides(shape))
+
+
+def run_counter(func: Any, args: tuple, kwargs: dict) -> Any:
+    """A call ``by_counter`` accepts, on DTensors or plain tensors, drawn
+    from threefry: each element's value is a function of the call's key and
+    its global index, so every layout -- and the plain tensor -- gets the
+    same values, and a rank computes only its block."""
+    if func in _DROPOUT or func in _FEATURE_DROPOUT:
+        return _counter_dropout(func, args, kwargs)
+    x = args[0] if args else kwargs.get("tensor", kwargs.get("input"))
+    if func in _LIKE:
+        dtype = kwargs.get("dtype") or x.dtype
+        key = _key(None)
+        if func is torch.rand_like:
+            out = _counter_tensor(x, lambda i: threefry.uniform(key, i, dtype))
+        elif func is torch.randn_like:
+            out = _counter_tensor(x, lambda i: threefry.normal(key, i, dtype))
+        else:  # randint_like(x, high) or (x, low, high)
+            ints = [a for a in args[1:3]] + [kwargs[k] for k in ("low", "high") if k in kwargs]
+            low, high = (0, ints[0]) if len(ints) == 1 else (ints[0], ints[1])
+            out = _counter_tensor(x, lambda i: threefry.integers(key, i, int(low), int(high),
+                                                                 dtype))
+        return out.requires_grad_() if kwargs.get("requires_grad") else out
+    key = _key(kwargs.get("generator"))
+    dtype = x.dtype
+    if func in (torch.Tensor.uniform_, torch.nn.init.uniform_):
+        names = ("from", "to") if func is torch.Tensor.uniform_ else ("a", "b")
+        low = float(_arg(args, kwargs, 1, names[0], 0.0))
+        high = float(_arg(args, kwargs, 2, names[1], 1.0))
+        values = _counter_tensor(x, lambda i: threefry.uniform(key, i, dtype, low, high))
+    elif func in (torch.Tensor.normal_, torch.nn.init.normal_):
+        mean = float(_arg(args, kwargs, 1, "mean", 0.0))
+        std = float(_arg(args, kwargs, 2, "std", 1.0))
+        values = _counter_tensor(x, lambda i: threefry.normal(key, i, dtype) * std + mean)
+    else:  # bernoulli_ with a scalar p: JAX's bernoulli, u < p
+        p = float(_arg(args, kwargs, 1, "p", 0.5))
+        values = _counter_tensor(
+            x, lambda i: (threefry.uniform(key, i, torch.float32) < p).to(dtype))
+    if func in _INIT:
+        with torch.no_grad():  # as nn.init itself
+            return x.copy_(values)
+    return x.copy_(values)
+
+
+def _counter_dropout(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Dropout with a threefry mask: ``x * noise``, ``noise`` 0 or
+    ``1 / (1 - p)`` (torch's formula), keep where ``u < 1 - p`` (JAX's
+    bernoulli); feature dropouts draw one value per ``(N, C)``, laid out as
+    ``x``'s first two dims and broadcast over the rest."""
+    x = args[0] if args else kwargs["input"]
+    p = float(_arg(args, kwargs, 1, "p", 0.5))
+    inplace = func in (torch.dropout_, torch.feature_dropout_) or bool(
+        _arg(args, kwargs, 3, "inplace", False))
+    feature = func in _FEATURE_DROPOUT
+    if feature:
+        batched = {F.dropout1d: 3, F.dropout3d: 5}.get(func)
+        if batched is not None and x.ndim == batched - 1:  # unbatched, as F.dropoutNd
+            out = _counter_dropout(torch.feature_dropout, (x.unsqueeze(0), p, True), {})
+            return out.squeeze(0) if not inplace else x.copy_(out.squeeze(0))
+        shape = (x.shape[0], x.shape[1]) + (1,) * (x.ndim - 2)
+    else:
+        shape = tuple(x.shape)
+    key = _key(None)
+    dtype = x.dtype
+
+    def fill(index):
+        if p == 1.0:
+            return torch.zeros(index.shape, dtype=dtype)
+        keep = threefry.uniform(key, index, torch.float32) < 1 - p
+        return keep.to(dtype).div_(1 - p)
+
+    if not feature:
+        noise = _counter_tensor(x, fill)
+    elif not isinstance(x, DTensor):
+        noise = _counter_tensor(x, fill, shape).expand(tuple(x.shape))
+    else:
+        spec = S.spec_of(x)
+        mesh = x.device_mesh
+        noise_spec = tuple(spec[:2]) + ((),) * (x.ndim - 2)
+        local = fill(_block_index(shape, noise_spec, mesh)).expand_as(x.to_local())
+        # x's placements (dims >= 2 broadcast locally), so that the product
+        # and its gradient have x's layout
+        noise = DTensor.from_local(local.contiguous(), mesh, tuple(x.placements),
+                                   run_check=False, shape=x.shape, stride=x.stride())
+    return x.mul_(noise) if inplace else x * noise

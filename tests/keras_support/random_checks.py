@@ -1,0 +1,89 @@
+"""Keras's seeded random ops under a distribution over 8 simulated ranks
+(issue 25), run by ``tests/test_keras_random.py`` with
+``KERAS_BACKEND=torch``: every ``keras.random`` op and ``Dropout`` (seeded
+by an int, by a ``SeedGenerator`` made under the distribution, or unseeded)
+called inside a ``ModelParallel`` scope but outside any train step gives
+every rank the values plain Keras gives in one process after the same seed.
+Prints ``ok <name>`` per op; raises on the first mismatch.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+warnings.filterwarnings("ignore")
+
+import numpy as np  # noqa: E402
+
+import keras  # noqa: E402
+import torch  # noqa: E402
+from keras import distribution as kd  # noqa: E402
+
+from parity import torch_impl as ti  # noqa: E402
+
+OPS = {
+    "normal": lambda s: keras.random.normal((8, 4), seed=s),
+    "uniform": lambda s: keras.random.uniform((8, 4), seed=s),
+    "randint": lambda s: keras.random.randint((8, 4), 0, 9, seed=s),
+    "truncated_normal": lambda s: keras.random.truncated_normal((8, 4), seed=s),
+    "categorical": lambda s: keras.random.categorical(keras.ops.ones((4, 5)), 3, seed=s),
+    "shuffle": lambda s: keras.random.shuffle(keras.ops.arange(8), seed=s),
+    "gamma": lambda s: keras.random.gamma((8, 4), 2.0, seed=s),
+    "dropout": lambda s: keras.random.dropout(keras.ops.ones((8, 4)), 0.5, seed=s),
+    # the layer takes an int and makes its own SeedGenerator (a variable)
+    "Dropout": lambda s: keras.layers.Dropout(0.5, seed=s if not isinstance(
+        s, keras.random.SeedGenerator) else 3)(keras.ops.ones((8, 4)), training=True),
+}
+SEEDS = {
+    "int": lambda: 3,
+    "SeedGenerator": lambda: keras.random.SeedGenerator(3),  # a DTensor variable in scope
+    "unseeded": lambda: None,
+}
+
+
+def per_rank(value) -> list[np.ndarray]:
+    """Every rank's copy of a plain (simulated: LocalTensor) result."""
+    local = getattr(value, "_local_tensors", None)
+    if local is None:
+        return [keras.ops.convert_to_numpy(value)]
+    return [t.numpy() for _, t in sorted(local.items())]
+
+
+def draw(op, seed_kind):
+    keras.utils.set_random_seed(5)
+    seed = SEEDS[seed_kind]()
+    return op(seed), op(seed)  # a SeedGenerator / the global one advances
+
+
+def main() -> None:
+    ti.install_keras()
+    expected = {(name, kind): [keras.ops.convert_to_numpy(v) for v in draw(op, kind)]
+                for name, op in OPS.items() for kind in SEEDS}
+    with ti.simulate(8):
+        mesh = kd.DeviceMesh((2, 4), ("batch", "model"), kd.list_devices())
+        distribution = kd.ModelParallel(layout_map=kd.LayoutMap(mesh), batch_dim_name="batch")
+        with distribution.scope():
+            for (name, kind), want in expected.items():
+                for i, (value, ref) in enumerate(zip(draw(OPS[name], kind), want)):
+                    for rank, got in enumerate(per_rank(value)):
+                        np.testing.assert_array_equal(
+                            got, ref, err_msg=f"{name} seed={kind} call {i} rank {rank}")
+                print(f"ok {name} seed={kind}", flush=True)
+            # a sharded input: the mask is laid out as the input
+            keras.utils.set_random_seed(5)
+            x = np.random.default_rng(0).normal(size=(8, 16)).astype("float32")
+            sharded = kd.distribute_tensor(x, kd.TensorLayout(("batch", "model"), mesh))
+            got = keras.layers.Dropout(0.5, seed=7)(sharded, training=True)
+            assert tuple(ti.describe(got).spec) == (("batch",), ("model",)), ti.describe(got)
+            got = ti.to_numpy(got)
+    keras.utils.set_random_seed(5)
+    want = keras.ops.convert_to_numpy(keras.layers.Dropout(0.5, seed=7)(torch.from_numpy(x),
+                                                                       training=True))
+    np.testing.assert_array_equal(got, want, err_msg="Dropout of a sharded input")
+    print("ok Dropout of a sharded input", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -27,6 +27,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from parity.layout import Spec
+from parity.torch_impl.collectives.gradient_buckets import defer_gradient
 from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
 from parity.torch_impl.layouts.specs import placements_for
 
@@ -72,13 +73,18 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
     collective). Pending reductions are completed on the way.
 
     ``guard`` redistributes even when nothing moves: the autograd node then
-    brings the gradient back to ``x``'s own placement.
+    brings the gradient back to ``x``'s own placement. For a leaf that needs
+    a gradient, the completion of a pending sum in that gradient waits for
+    the backward's bucket (``gradient_buckets``).
     """
     mesh = x.device_mesh
     target = placements_for(spec, mesh)
     current = tuple(x.placements)
     if current == target:
-        return x.redistribute(mesh, target) if guard else x
+        if not guard:
+            return x
+        out = x.redistribute(mesh, target)
+        return defer_gradient(out, x) if x.is_leaf and x.requires_grad else out
     if any(isinstance(p, Partial) for p in current):
         # Partial -> strided shard is not implemented by DTensor: reduce first.
         if any(isinstance(p, Partial) and not isinstance(t, (Replicate,)) and
@@ -92,4 +98,4 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
         # partial type (P(sum)) to another (P(avg)) is unsupported"); this
         # same-placement node lays the gradient out as ``target`` first.
         out = out.redistribute(mesh, target)
-    return out
+    return defer_gradient(out, x) if guard and x.is_leaf and x.requires_grad else out

@@ -24,6 +24,14 @@ kernels run below autograd and are unchanged.
 Not covered, and run as before (the mode off inside the backward):
 ``torch.autograd.grad(..., is_grads_batched=True)`` (a vmap over the engine
 call) and the deprecated ``grad_variables`` argument.
+
+A backward that accumulates into ``.grad`` (``backward()`` without
+``create_graph``) runs with a gradient bucket open
+(``collectives.gradient_buckets``): the pending sums of the leaves'
+gradients are completed together, one all_reduce per group, when the
+engine returns (earlier where a hook or a ``.grad`` reader needs them).
+``autograd.grad`` and the calls not covered run with no bucket, so a
+gradient they return is always complete.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import torch
 from torch.autograd.graph import GradientEdge
 from torch.overrides import TorchFunctionMode, is_tensor_like
 
+from parity.torch_impl.collectives.gradient_buckets import open_bucket
 from parity.torch_impl.runtime.torch_compat import (
     _engine_run_backward,
     _make_grads,
@@ -80,8 +89,9 @@ def _backward(tensors: Any, grad_tensors: Any, retain_graph: Any, create_graph: 
     grads = _make_grads(tensors, grads, is_grads_batched=False)
     if retain_graph is None:
         retain_graph = create_graph
-    _engine_run_backward(tensors, grads, retain_graph, create_graph, inputs_tuple,
-                         allow_unreachable=True, accumulate_grad=True)
+    with open_bucket(accumulates=not create_graph):
+        _engine_run_backward(tensors, grads, retain_graph, create_graph, inputs_tuple,
+                             allow_unreachable=True, accumulate_grad=True)
 
 
 def _grad(a: dict) -> Any:
@@ -101,8 +111,9 @@ def _grad(a: dict) -> Any:
     grads = _tensor_or_tensors_to_tuple(a["grad_outputs"], len(outputs))
     grads = _make_grads(outputs, grads, is_grads_batched=False)
     retain_graph = a["create_graph"] if a["retain_graph"] is None else a["retain_graph"]
-    result = _engine_run_backward(outputs, grads, retain_graph, a["create_graph"],
-                                  inputs_tuple, allow_unused, accumulate_grad=False)
+    with open_bucket(accumulates=False):  # the gradients it returns are complete
+        result = _engine_run_backward(outputs, grads, retain_graph, a["create_graph"],
+                                      inputs_tuple, allow_unused, accumulate_grad=False)
     if materialize:
         if any(r is None and not is_tensor_like(i) for r, i in zip(result, inputs_tuple)):
             raise RuntimeError(
@@ -162,3 +173,12 @@ def run_untraced(mode: TorchFunctionMode, func: Any, args: tuple, kwargs: dict) 
     """``run`` outside dynamo, as ``compile_support.run_untraced`` runs the
     entry point itself."""
     return _UNTRACED(*args, _parity_mode=mode, _parity_entry=func, **kwargs)
+
+
+def run_uncovered(func: Any, args: tuple, kwargs: dict) -> Any:
+    """A backward entry point ``run`` does not cover (or with no mode), as
+    ``compile_support.run_untraced`` runs it, with no gradient bucket: inside
+    another backward (a hook's batched ``autograd.grad``) its gradients are
+    complete."""
+    with open_bucket(accumulates=False):
+        return compile_support.run_untraced(func, args, kwargs)

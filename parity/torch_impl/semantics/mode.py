@@ -58,7 +58,7 @@ from parity.torch_impl.semantics import (
     pending,
     rules,
 )
-from parity.torch_impl.collectives import redistribute
+from parity.torch_impl.collectives import gradient_buckets, redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
 from parity.torch_impl.semantics import explicit_check
@@ -195,6 +195,8 @@ def _name_of(func) -> str | None:
 
 _is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to True
 _grad_enabled = torch.is_grad_enabled
+_GRAD_ACCESS = (torch.Tensor.grad.__get__, torch.Tensor.grad.__set__)  # equal, never identical
+_GRADS_PENDING = gradient_buckets.PENDING  # [n]: leaves whose .grad waits for its all_reduce
 
 
 class _JaxSemanticsMode(TorchFunctionMode):
@@ -203,6 +205,8 @@ class _JaxSemanticsMode(TorchFunctionMode):
     @compile_support.skip_alone  # inlined when traced, never compiled op by op
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if not _is_compiling():
+            if _GRADS_PENDING[0] and func in _GRAD_ACCESS:  # x.grad while a bucket waits
+                gradient_buckets.flush_pending()
             # Eager: a call proven clean (fast_path) or a passthrough, run
             # directly (neither holds a backward entry point, see _eager). Ops
             # on one or two DTensors build fast_path.signature's tuple inline
@@ -278,7 +282,7 @@ def _backward(func, args: tuple, kwargs: dict) -> Any:
     """
     mode = _state.mode
     if mode is None or not backward_scope.covered(func, args, kwargs):
-        return compile_support.run_untraced(func, args, kwargs)
+        return backward_scope.run_uncovered(func, args, kwargs)
     return backward_scope.run_untraced(mode, func, args, kwargs)
 
 

@@ -106,3 +106,33 @@ def test_gradients_accumulate_over_two_backwards(mlp):
     for p, g in zip(params, want):
         np.testing.assert_array_equal(T.to_numpy(p.grad), 2 * T.to_numpy(g))
         assert tuple(p.grad.placements) == tuple(p.placements)
+
+
+def test_a_pending_loss_is_reduced_with_the_gradients_under_defer():
+    """``defer=True`` keeps the loss's mean pending: ``backward()`` reduces it
+    in the gradients' launch, and reading the loss afterwards launches
+    nothing more. Loss and gradients equal the unbucketed ones."""
+    with T.simulate(4), T.jax_semantics(defer=True):
+        mesh = DeviceMesh((2, 2), ("batch", "model"))
+        x = T.distribute_tensor(_host((8, 16), 0), TensorLayout(("batch", None), mesh))
+        params = [T.distribute_variable(_host((16, 32), 1), TensorLayout((None, "model"), mesh)),
+                  T.distribute_variable(_host((32, 8), 2), TensorLayout(("model", None), mesh))]
+
+        def loss_fn():
+            return (torch.tanh(x @ params[0]) @ params[1] - 1).pow(2).mean()
+
+        want, _ = _reference(params, loss_fn)
+        want_loss = T.to_numpy(loss_fn())
+        loss = loss_fn()
+        assert any(p.is_partial() for p in loss.placements)  # pending until the backward
+        with CommDebugMode() as comm:
+            loss.backward()
+        assert _all_reduces(comm) == 1
+        with CommDebugMode() as comm:
+            got_loss = T.to_numpy(loss)
+            again = T.to_numpy(loss)
+        assert _all_reduces(comm) == 0
+        np.testing.assert_array_equal(got_loss, want_loss)
+        np.testing.assert_array_equal(again, want_loss)
+        for p, g in zip(params, want):
+            _same(p.grad, g)

@@ -18,6 +18,13 @@ leaf's placement. The values are those of one all_reduce per leaf (a sum
 per element over the same ranks; on groups of two, and on simulated ranks,
 bit for bit).
 
+A root of the backward that holds a pending sum or mean -- a loss under
+``jax_semantics(defer=True)``, whose mean stays pending -- is reduced in the
+same launch (``add_root``); the root itself is not changed, its completion
+is remembered for ``redistribute.resolve_pending`` (reading the loss then
+launches nothing). Under the default semantics the forward has completed the
+loss already.
+
 A bucket is open only while a ``backward()`` that accumulates into
 ``.grad`` runs (``open_bucket``, used by ``semantics.backward_scope``), on
 the thread that ran the forward: ``autograd.grad``, a backward with
@@ -50,14 +57,16 @@ from parity.torch_impl.collectives.flat_groups import registered as registered_f
 
 
 class GradientBucket:
-    """The leaves whose ``.grad`` holds an unreduced block, by group."""
+    """The leaves whose ``.grad`` holds an unreduced block, and the
+    backward's roots that wait with them, by group."""
 
     def __init__(self) -> None:
         # id(leaf) -> (weakref to the leaf, mesh, pending mesh dims)
         self._pending: dict[int, tuple[weakref.ref, object, tuple[int, ...]]] = {}
+        self._roots: list[DTensor] = []
 
     def __bool__(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending) or bool(self._roots)
 
     def pending_dims(self, leaf: torch.Tensor) -> tuple[int, ...] | None:
         found = self._pending.get(id(leaf))
@@ -67,15 +76,24 @@ class GradientBucket:
         self._pending[id(leaf)] = (weakref.ref(leaf), mesh, dims)
         PENDING[0] += 1
 
+    def add_root(self, root: torch.Tensor) -> None:
+        """A root of the backward that holds a pending sum or mean (kept by
+        ``jax_semantics(defer=True)``, a loss): completed in the same launch
+        as the gradients, and its completion remembered for ``resolve_pending``
+        (the root itself is not changed). Any other root: nothing."""
+        if isinstance(root, DTensor) and root_dims(root):
+            self._roots.append(root)
+
     def flush(self) -> None:
-        """Complete every pending ``.grad``: one all_reduce per (mesh,
-        pending mesh dims, dtype, device)."""
-        if not self._pending:
+        """Complete every pending ``.grad`` and root: one all_reduce per
+        (mesh, pending mesh dims, dtype, device)."""
+        if not self:
             return
         entries, self._pending = list(self._pending.values()), {}
+        roots, self._roots = self._roots, []
         PENDING[0] -= len(entries)
+        groups: dict[tuple, list[tuple[torch.Tensor | None, DTensor]]] = {}
         with torch.no_grad(), _internal():
-            groups: dict[tuple, list[tuple[torch.Tensor, DTensor]]] = {}
             for ref, mesh, dims in entries:
                 leaf = ref()
                 grad = None if leaf is None else leaf.grad
@@ -84,32 +102,95 @@ class GradientBucket:
                 block = grad._local_tensor
                 groups.setdefault((id(mesh), dims, block.dtype, block.device), []).append(
                     (leaf, grad))
-            for (_, dims, _, _), members in groups.items():
-                _complete(members, dims)
+        for root in roots:
+            block = root._local_tensor
+            groups.setdefault((id(root.device_mesh), root_dims(root), block.dtype,
+                               block.device), []).append((None, root))
+        for (_, dims, _, _), members in groups.items():
+            _complete(members, dims)
 
 
-def _complete(members: list[tuple[torch.Tensor, DTensor]], dims: tuple[int, ...]) -> None:
-    """One all_reduce over mesh dims ``dims`` for all ``members``' blocks;
-    each leaf gets its slice back as its ``.grad``."""
-    grads = [g for _, g in members]
-    mesh = grads[0].device_mesh
-    blocks = [g._local_tensor for g in grads]
-    flat = torch.cat([b.reshape(-1) for b in blocks]) if len(blocks) > 1 else \
-        blocks[0].reshape(-1)
-    pending = [Partial("sum") if d in dims else Replicate() for d in range(mesh.ndim)]
-    summed = DTensor.from_local(flat, mesh, pending, run_check=False)
-    if len(dims) > 1:  # one all_reduce over the flattened group (redistribute.merged)
-        with registered_flat_mesh(mesh, dims):
+def root_dims(x: DTensor) -> tuple[int, ...]:
+    """The pending mesh dims of ``x`` when they are all sums or all means
+    (``()`` otherwise)."""
+    ops = {p.reduce_op for p in x.placements if isinstance(p, Partial)}
+    if len(ops) != 1 or not ops <= {"sum", "avg"}:
+        return ()
+    return tuple(d for d, p in enumerate(x.placements) if isinstance(p, Partial))
+
+
+def _complete(members: list[tuple[torch.Tensor | None, DTensor]], dims: tuple[int, ...]) -> None:
+    """One all_reduce over mesh dims ``dims`` for all ``members``' blocks: a
+    leaf's gradient (``(leaf, leaf.grad)``) gets its slice back as its
+    ``.grad``, a root (``(None, root)``) its completion remembered
+    (``resolved``; a mean divided by the group's size after the sum, as the
+    mean's own all_reduce does)."""
+    mesh = members[0][1].device_mesh
+    blocks = [t._local_tensor for _, t in members]
+    with torch.no_grad(), _internal():
+        flat = torch.cat([b.reshape(-1) for b in blocks]) if len(blocks) > 1 else \
+            blocks[0].reshape(-1)
+        pending = [Partial("sum") if d in dims else Replicate() for d in range(mesh.ndim)]
+        summed = DTensor.from_local(flat, mesh, pending, run_check=False)
+        if len(dims) > 1:  # one all_reduce over the flattened group (redistribute.merged)
+            with registered_flat_mesh(mesh, dims):
+                total = summed.redistribute(mesh, [Replicate()] * mesh.ndim).to_local()
+        else:
             total = summed.redistribute(mesh, [Replicate()] * mesh.ndim).to_local()
-    else:
-        total = summed.redistribute(mesh, [Replicate()] * mesh.ndim).to_local()
-    offset = 0
-    for (leaf, grad), block in zip(members, blocks):
-        n = block.numel()
-        done = total[offset:offset + n].view(block.shape)
-        offset += n
-        leaf.grad = DTensor.from_local(done, mesh, grad.placements, run_check=False,
-                                       shape=grad.shape, stride=grad.stride())
+        offset = 0
+        done = []
+        for block in blocks:
+            done.append(total[offset:offset + block.numel()].view(block.shape))
+            offset += block.numel()
+        for (leaf, t), value in zip(members, done):
+            if leaf is not None:
+                leaf.grad = DTensor.from_local(value, mesh, t.placements, run_check=False,
+                                               shape=t.shape, stride=t.stride())
+    size = 1
+    for d in dims:
+        size *= mesh.size(d)
+    for (leaf, t), value in zip(members, done):
+        if leaf is None:
+            if any(isinstance(p, Partial) and p.reduce_op == "avg" for p in t.placements):
+                with torch.no_grad():
+                    value = value / size
+            remember_resolved(t, _Resolved.apply(t, value))
+
+
+RESOLVED_ATTR = "_parity_resolved"
+
+
+def remember_resolved(x: DTensor, done: DTensor) -> None:
+    """``done`` is ``x`` with its pending reductions completed, for as long
+    as ``x`` is not changed in place (``resolved``)."""
+    setattr(x, RESOLVED_ATTR, (x._version, done))
+
+
+def resolved(x: DTensor) -> DTensor | None:
+    """The completion remembered for ``x`` (``None``: none, or ``x`` was
+    changed in place since)."""
+    found = getattr(x, RESOLVED_ATTR, None)
+    return found[1] if found is not None and found[0] == x._version else None
+
+
+class _Resolved(torch.autograd.Function):
+    """``x``'s completion from a block reduced elsewhere: the values
+    ``value``, ``x``'s placements with each pending dim replicated; the
+    backward is DTensor's for ``Partial -> Replicate`` (the gradient kept
+    replicated)."""
+
+    @staticmethod
+    def forward(ctx, x: DTensor, value: torch.Tensor) -> DTensor:  # type: ignore[override]
+        placements = [Replicate() if isinstance(p, Partial) else p for p in x.placements]
+        ctx.placements = tuple(placements)
+        return DTensor.from_local(value, x.device_mesh, placements, run_check=False,
+                                  shape=x.shape, stride=x.stride())
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        if isinstance(grad, DTensor) and tuple(grad.placements) != ctx.placements:
+            grad = grad.redistribute(grad.device_mesh, ctx.placements)
+        return grad, None
 
 
 # How many leaves wait in any bucket (the mode reads it per op: a list

@@ -27,7 +27,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from parity.layout import Spec
-from parity.torch_impl.collectives.gradient_buckets import defer_gradient
+from parity.torch_impl.collectives.gradient_buckets import defer_gradient, resolved
 from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
 from parity.torch_impl.layouts.specs import placements_for
 
@@ -61,9 +61,15 @@ def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
 
 def resolve_pending(x: DTensor) -> DTensor:
     """``x`` with every pending reduction completed (replicated on those
-    mesh axes), pending sums over several axes in one all_reduce."""
+    mesh axes), pending sums over several axes in one all_reduce. A
+    completion made already (a backward's root, reduced with the gradients:
+    ``gradient_buckets``) is taken as it is."""
     if not any(isinstance(p, Partial) for p in x.placements):
         return x
+    if not torch.compiler.is_dynamo_compiling():
+        done = resolved(x)
+        if done is not None:
+            return done
     return merged(x, [Replicate() if isinstance(p, Partial) else p for p in x.placements])
 
 

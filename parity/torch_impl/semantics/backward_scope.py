@@ -29,7 +29,9 @@ A backward that accumulates into ``.grad`` (``backward()`` without
 ``create_graph``) runs with a gradient bucket open
 (``collectives.gradient_buckets``): the pending sums of the leaves'
 gradients are completed together, one all_reduce per group, when the
-engine returns (earlier where a hook or a ``.grad`` reader needs them).
+engine returns (earlier where a hook or a ``.grad`` reader needs them),
+and a root that holds a pending sum or mean (a loss under
+``jax_semantics(defer=True)``) is reduced in the same launch.
 ``autograd.grad`` and the calls not covered run with no bucket, so a
 gradient they return is always complete.
 """
@@ -89,7 +91,10 @@ def _backward(tensors: Any, grad_tensors: Any, retain_graph: Any, create_graph: 
     grads = _make_grads(tensors, grads, is_grads_batched=False)
     if retain_graph is None:
         retain_graph = create_graph
-    with open_bucket(accumulates=not create_graph):
+    with open_bucket(accumulates=not create_graph) as bucket:
+        if bucket is not None:
+            for root in tensors:  # a pending loss (defer=True): reduced with the gradients
+                bucket.add_root(root)
         _engine_run_backward(tensors, grads, retain_graph, create_graph, inputs_tuple,
                              allow_unreachable=True, accumulate_grad=True)
 

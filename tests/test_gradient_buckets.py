@@ -98,6 +98,21 @@ def test_hooks_on_a_leaf_see_the_completed_gradient(mlp):
         _same(p.grad, g)
 
 
+def test_a_weight_used_thrice_gets_the_unbucketed_gradient(mlp):
+    """w1 reached by three ops: its gradients are completed one by one and
+    summed, as without a bucket (one of them reduced later and added last
+    would round differently)."""
+    x, params, loss_fn = mlp
+
+    def thrice():
+        return loss_fn() + (x @ params[0]).pow(2).mean() * 3 + (x @ params[0]).sin().mean()
+
+    want, _ = _reference(params, thrice)
+    thrice().backward()
+    for p, g in zip(params, want):
+        _same(p.grad, g)
+
+
 def test_gradients_accumulate_over_two_backwards(mlp):
     _, params, loss_fn = mlp
     want, _ = _reference(params, loss_fn)

@@ -1,22 +1,22 @@
 """A backward's parameter-gradient reductions in one launch per group, as
 XLA's all-reduce combiner launches them.
 
-A leaf that needs a gradient reaches every op through a redistribute that
-brings its gradient back in the leaf's placement (``redistribute_to(...,
-guard=True)``). Where the op's gradient is a pending sum on a mesh axis the
-leaf is replicated on (a weight's gradient from batch-sharded activations),
-that redistribute's backward launches one all_reduce per leaf. Here the
-completion waits instead: the node ``defer_gradient`` puts after the
-redistribute passes the gradient on with the leaf's placements and its
-*unreduced* block, autograd accumulates it into ``leaf.grad``, and the
-bucket remembers the leaf. ``GradientBucket.flush`` -- at the end of the
-backward, or earlier -- completes every remembered ``.grad`` at once: per
-(mesh, pending mesh axes, dtype, device) it flattens and concatenates the
-blocks, launches one all_reduce (one over the flattened group for several
-axes) and gives each leaf its slice back as a new ``.grad`` with the
-leaf's placement. The values are those of one all_reduce per leaf (a sum
-per element over the same ranks; on groups of two, and on simulated ranks,
-bit for bit).
+A leaf that needs a gradient reaches every op through a node that brings its
+gradient back in the leaf's placement (``redistribute_to(..., guard=True)``).
+Where the op's gradient is a pending sum on mesh axes the leaf is replicated
+on (a weight's gradient from batch-sharded activations), that node's
+backward launched one all_reduce per leaf. When the leaf keeps its
+placement for the op, the node is ``leaf_entry``'s: its backward hands the
+unreduced block to the bucket of the running ``backward()`` instead and
+passes no gradient on. ``GradientBucket.flush`` -- when the backward ends,
+or earlier -- reduces every waiting block at once: per (mesh, pending mesh
+axes, dtype, device) it flattens and concatenates the blocks, launches one
+all_reduce (one over the flattened group for several axes) and accumulates
+each slice into its leaf's ``.grad`` (set when ``None``, added in place
+otherwise, as autograd's accumulation does), in the leaf's placement. Each
+element is the sum over the same ranks that the leaf's own all_reduce gave
+(bit for bit on groups of two and on simulated ranks; a larger gloo or NCCL
+group may add in another order).
 
 A root of the backward that holds a pending sum or mean -- a loss under
 ``jax_semantics(defer=True)``, whose mean stays pending -- is reduced in the
@@ -26,21 +26,17 @@ launches nothing). Under the default semantics the forward has completed the
 loss already.
 
 A bucket is open only while a ``backward()`` that accumulates into
-``.grad`` runs (``open_bucket``, used by ``semantics.backward_scope``), on
+``.grad`` runs (``open_bucket``, used by ``semantics.backward_scope``) on
 the thread that ran the forward: ``autograd.grad``, a backward with
 ``create_graph``, one started on another thread or outside
-``jax_semantics()``, and compiled code (dynamo never sees this node) complete
-as before. The completion happens earlier, with everything pending, where a
-reader needs it:
-
-* the leaf has a tensor hook or a post-accumulate-grad hook (they would see
-  the block) -- flushed before the leaf's gradient is passed on;
-* ``leaf.grad`` already holds a gradient (accumulation would add a block to
-  a completed value) -- that gradient is completed at once, as before;
-* a second use of the same leaf pending on other axes -- flushed first;
-* ``.grad`` read or written under ``jax_semantics()`` while something is
-  pending (a hook on another tensor, a callback) -- the mode calls
-  ``flush_pending`` first.
+``jax_semantics()``, and compiled code (dynamo never sees this node)
+complete each gradient as before. So does a gradient that is not the
+leaf's one contribution to the backward (its blocks would be summed before
+the all_reduce and round differently), or whose leaf has a tensor hook or a
+post-accumulate-grad hook (they see completed values: everything waiting is
+flushed first), or whose ``.grad`` already holds a value. ``.grad`` read or
+written under ``jax_semantics()`` while blocks wait (a hook on another
+tensor, a callback) flushes them first: the mode calls ``flush_pending``.
 """
 
 from __future__ import annotations
@@ -57,23 +53,24 @@ from parity.torch_impl.collectives.flat_groups import registered as registered_f
 
 
 class GradientBucket:
-    """The leaves whose ``.grad`` holds an unreduced block, and the
-    backward's roots that wait with them, by group."""
+    """The unreduced gradient blocks of one backward, and its roots that
+    wait with them."""
 
     def __init__(self) -> None:
-        # id(leaf) -> (weakref to the leaf, mesh, pending mesh dims)
-        self._pending: dict[int, tuple[weakref.ref, object, tuple[int, ...]]] = {}
+        # id(leaf) -> (weakref to the leaf, mesh, pending mesh dims, gradient)
+        self._pending: dict[int, tuple[weakref.ref, object, tuple[int, ...], DTensor]] = {}
         self._roots: list[DTensor] = []
 
     def __bool__(self) -> bool:
         return bool(self._pending) or bool(self._roots)
 
-    def pending_dims(self, leaf: torch.Tensor) -> tuple[int, ...] | None:
+    def pending(self, leaf: torch.Tensor) -> bool:
         found = self._pending.get(id(leaf))
-        return None if found is None or found[0]() is not leaf else found[2]
+        return found is not None and found[0]() is leaf
 
-    def add(self, leaf: torch.Tensor, mesh, dims: tuple[int, ...]) -> None:
-        self._pending[id(leaf)] = (weakref.ref(leaf), mesh, dims)
+    def add(self, leaf: torch.Tensor, dims: tuple[int, ...], grad: DTensor) -> None:
+        """``grad`` (pending sums on mesh dims ``dims``) waits for ``leaf``."""
+        self._pending[id(leaf)] = (weakref.ref(leaf), grad.device_mesh, dims, grad)
         PENDING[0] += 1
 
     def add_root(self, root: torch.Tensor) -> None:
@@ -85,23 +82,21 @@ class GradientBucket:
             self._roots.append(root)
 
     def flush(self) -> None:
-        """Complete every pending ``.grad`` and root: one all_reduce per
-        (mesh, pending mesh dims, dtype, device)."""
+        """Reduce every waiting block and root: one all_reduce per (mesh,
+        pending mesh dims, dtype, device)."""
         if not self:
             return
         entries, self._pending = list(self._pending.values()), {}
         roots, self._roots = self._roots, []
         PENDING[0] -= len(entries)
         groups: dict[tuple, list[tuple[torch.Tensor | None, DTensor]]] = {}
-        with torch.no_grad(), _internal():
-            for ref, mesh, dims in entries:
-                leaf = ref()
-                grad = None if leaf is None else leaf.grad
-                if not isinstance(grad, DTensor):  # the leaf is gone, or its grad was reset
-                    continue
-                block = grad._local_tensor
-                groups.setdefault((id(mesh), dims, block.dtype, block.device), []).append(
-                    (leaf, grad))
+        for ref, mesh, dims, grad in entries:
+            leaf = ref()
+            if leaf is None:  # the leaf is gone: nobody can read its gradient
+                continue
+            block = grad._local_tensor
+            groups.setdefault((id(mesh), dims, block.dtype, block.device), []).append(
+                (leaf, grad))
         for root in roots:
             block = root._local_tensor
             groups.setdefault((id(root.device_mesh), root_dims(root), block.dtype,
@@ -119,9 +114,22 @@ def root_dims(x: DTensor) -> tuple[int, ...]:
     return tuple(d for d, p in enumerate(x.placements) if isinstance(p, Partial))
 
 
+def _completed_placements(x: DTensor) -> list:
+    return [Replicate() if isinstance(p, Partial) else p for p in x.placements]
+
+
+def _accumulate(leaf: torch.Tensor, grad: DTensor) -> None:
+    """``leaf.grad`` set to ``grad`` or added to in place, as autograd's
+    ``AccumulateGrad`` does (no grad mode)."""
+    if leaf.grad is None:
+        leaf.grad = grad
+    else:
+        leaf.grad += grad
+
+
 def _complete(members: list[tuple[torch.Tensor | None, DTensor]], dims: tuple[int, ...]) -> None:
     """One all_reduce over mesh dims ``dims`` for all ``members``' blocks: a
-    leaf's gradient (``(leaf, leaf.grad)``) gets its slice back as its
+    leaf's waiting gradient (``(leaf, grad)``) is accumulated into its
     ``.grad``, a root (``(None, root)``) its completion remembered
     (``resolved``; a mean divided by the group's size after the sum, as the
     mean's own all_reduce does)."""
@@ -144,8 +152,9 @@ def _complete(members: list[tuple[torch.Tensor | None, DTensor]], dims: tuple[in
             offset += block.numel()
         for (leaf, t), value in zip(members, done):
             if leaf is not None:
-                leaf.grad = DTensor.from_local(value, mesh, t.placements, run_check=False,
-                                               shape=t.shape, stride=t.stride())
+                _accumulate(leaf, DTensor.from_local(
+                    value, mesh, _completed_placements(t), run_check=False, shape=t.shape,
+                    stride=t.stride()))
     size = 1
     for d in dims:
         size *= mesh.size(d)
@@ -181,7 +190,7 @@ class _Resolved(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: DTensor, value: torch.Tensor) -> DTensor:  # type: ignore[override]
-        placements = [Replicate() if isinstance(p, Partial) else p for p in x.placements]
+        placements = _completed_placements(x)
         ctx.placements = tuple(placements)
         return DTensor.from_local(value, x.device_mesh, placements, run_check=False,
                                   shape=x.shape, stride=x.stride())
@@ -258,72 +267,87 @@ def flush_pending() -> None:
 
 
 class _Target:
-    """What the node knows of its leaf (a non-tensor argument, so the node
-    has no edge to the leaf of its own)."""
+    """What a leaf's entry node knows of its leaf (a non-tensor argument: the
+    node's one edge is to the leaf itself)."""
 
-    __slots__ = ("leaf", "placements", "holder")
+    __slots__ = ("leaf", "mesh", "placements", "holder", "__weakref__")
 
     def __init__(self, leaf: DTensor, holder: _Holder) -> None:
         self.leaf = weakref.ref(leaf)
+        self.mesh = leaf.device_mesh
         self.placements = tuple(leaf.placements)
         self.holder = holder
 
 
-class _DeferGradient(torch.autograd.Function):
+# Each leaf's live entry nodes (their _Target), on the leaf: more than one
+# means a gradient that is not the leaf's only contribution.
+USES_ATTR = "_parity_gradient_uses"
+
+
+class _LeafEntry(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: DTensor, target: _Target) -> DTensor:  # type: ignore[override]
+    def forward(ctx, leaf: DTensor, target: _Target) -> DTensor:  # type: ignore[override]
+        ctx.set_materialize_grads(False)
         ctx.target = target
-        return x.view_as(x)
+        return leaf.view_as(leaf)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
         target = ctx.target
-        bucket = target.holder.bucket
-        leaf = target.leaf()
-        if bucket is None or leaf is None or not isinstance(grad, DTensor):
-            return grad, None
-        dims = _deferrable_dims(grad, target.placements)
-        if not dims:
-            return grad, None
-        with _internal():
-            already = bucket.pending_dims(leaf)
-            if already is not None and already != dims:
-                bucket.flush()  # leaf.grad holds a block pending on other axes
-                already = None
-            if already is None:
-                hooked = _has_hooks(leaf)
-                if hooked:
-                    bucket.flush()  # the hook sees completed values, all before it too
-                if hooked or leaf.grad is not None:
-                    return grad, None  # completed now, as before
-                bucket.add(leaf, grad.device_mesh, dims)
-        placements = [Replicate() if d in dims else p for d, p in enumerate(grad.placements)]
-        return (DTensor.from_local(grad._local_tensor, grad.device_mesh, placements,
-                                   run_check=False, shape=grad.shape, stride=grad.stride()),
-                None)
+        if grad is None:
+            return None, None
+        if _defers(target, grad):
+            return None, None  # the bucket accumulates it into .grad
+        if tuple(grad.placements) != target.placements:
+            # what DTensor's redistribute node gave the leaf: its placement
+            grad = grad.redistribute(target.mesh, target.placements)
+        return grad, None
+
+
+def _defers(target: _Target, grad: DTensor) -> bool:
+    """Whether ``grad`` waits in the bucket (added to it here)."""
+    bucket = target.holder.bucket
+    leaf = target.leaf()
+    if bucket is None or leaf is None or not isinstance(grad, DTensor):
+        return False
+    dims = _deferrable_dims(grad, target.placements)
+    if not dims or len(getattr(leaf, USES_ATTR, ())) > 1:
+        return False
+    with _internal():
+        if _has_hooks(leaf):
+            bucket.flush()  # the hook sees completed values, all before it too
+            return False
+        if bucket.pending(leaf) or leaf.grad is not None:
+            return False  # accumulated as before; a waiting block is added later
+        bucket.add(leaf, dims, grad)
+    return True
 
 
 def _deferrable_dims(grad: DTensor, leaf_placements: tuple) -> tuple[int, ...]:
-    """The mesh dims of ``grad``'s pending sums, when the leaf is replicated
-    on each (``()`` otherwise: a pending max, or a sum the leaf is sharded
-    on, completes as before)."""
-    dims = []
-    for d, p in enumerate(grad.placements):
-        if isinstance(p, Partial):
-            if p.reduce_op != "sum" or not isinstance(leaf_placements[d], Replicate):
-                return ()
-            dims.append(d)
-    return tuple(dims)
+    """The mesh dims of ``grad``'s pending sums, when completing them gives
+    the leaf's placements (``()`` otherwise: a pending max, a sum on an axis
+    the leaf is sharded on, another difference; those complete as before)."""
+    dims = tuple(d for d, p in enumerate(grad.placements) if isinstance(p, Partial))
+    if not dims or any(grad.placements[d].reduce_op != "sum" for d in dims):
+        return ()
+    return dims if tuple(_completed_placements(grad)) == leaf_placements else ()
 
 
 def _has_hooks(leaf: torch.Tensor) -> bool:
     return bool(leaf._backward_hooks) or bool(getattr(leaf, "_post_accumulate_grad_hooks", None))
 
 
-def defer_gradient(out: DTensor, leaf: DTensor) -> DTensor:
-    """``out`` (``leaf`` redistributed for an op) behind the node that
-    defers the completion of ``leaf``'s gradient to this thread's bucket
-    (see the module docstring). Eager only: under dynamo ``out`` itself."""
+def leaf_entry(leaf: DTensor) -> DTensor:
+    """``leaf`` as an op's operand in its own placement, behind the node that
+    brings its gradient back in that placement -- the completion of a
+    pending sum waiting for this thread's bucket (see the module docstring).
+    Eager only: under dynamo, DTensor's own ``redistribute``."""
     if torch.compiler.is_compiling():
-        return out
-    return _DeferGradient.apply(out, _Target(leaf, _local.holder))
+        return leaf.redistribute(leaf.device_mesh, leaf.placements)
+    target = _Target(leaf, _local.holder)
+    uses = getattr(leaf, USES_ATTR, None)
+    if uses is None:
+        uses = weakref.WeakSet()
+        setattr(leaf, USES_ATTR, uses)
+    uses.add(target)
+    return _LeafEntry.apply(leaf, target)

@@ -27,7 +27,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from parity.layout import Spec
-from parity.torch_impl.collectives.gradient_buckets import defer_gradient, resolved
+from parity.torch_impl.collectives.gradient_buckets import leaf_entry, resolved
 from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
 from parity.torch_impl.layouts.specs import placements_for
 
@@ -79,9 +79,9 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
     collective). Pending reductions are completed on the way.
 
     ``guard`` redistributes even when nothing moves: the autograd node then
-    brings the gradient back to ``x``'s own placement. For a leaf that needs
-    a gradient, the completion of a pending sum in that gradient waits for
-    the backward's bucket (``gradient_buckets``).
+    brings the gradient back to ``x``'s own placement; for a leaf that needs
+    a gradient that node is ``gradient_buckets.leaf_entry``'s (a pending sum
+    in the gradient may wait for the backward's bucket).
     """
     mesh = x.device_mesh
     target = placements_for(spec, mesh)
@@ -89,8 +89,9 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
     if current == target:
         if not guard:
             return x
-        out = x.redistribute(mesh, target)
-        return defer_gradient(out, x) if x.is_leaf and x.requires_grad else out
+        if x.is_leaf and x.requires_grad:
+            return leaf_entry(x)  # its gradient's completion may wait for the bucket
+        return x.redistribute(mesh, target)
     if any(isinstance(p, Partial) for p in current):
         # Partial -> strided shard is not implemented by DTensor: reduce first.
         if any(isinstance(p, Partial) and not isinstance(t, (Replicate,)) and
@@ -104,4 +105,4 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
         # partial type (P(sum)) to another (P(avg)) is unsupported"); this
         # same-placement node lays the gradient out as ``target`` first.
         out = out.redistribute(mesh, target)
-    return defer_gradient(out, x) if guard and x.is_leaf and x.requires_grad else out
+    return out

@@ -256,14 +256,16 @@ def open_bucket(accumulates: bool) -> Iterator[GradientBucket | None]:
             bucket.flush()
 
 
-def flush_pending() -> None:
-    """Complete every pending ``.grad`` of every open bucket: a reader of
-    ``.grad`` is about to see it (the mode calls this for ``.grad`` reads and
-    writes while ``PENDING[0]``; this module's own are let through)."""
+def flush_pending(leaf: torch.Tensor) -> None:
+    """Reduce everything waiting in the open bucket that holds ``leaf``'s
+    gradient: ``leaf.grad`` is about to be read or set (the mode calls this
+    for ``.grad`` access while ``PENDING[0]``; this module's own accesses
+    are let through)."""
     if _local.internal:
         return
     for bucket in list(_open):
-        bucket.flush()
+        if bucket.pending(leaf):
+            bucket.flush()
 
 
 class _Target:

@@ -196,7 +196,7 @@ def _name_of(func) -> str | None:
 _is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to True
 _grad_enabled = torch.is_grad_enabled
 _GRAD_ACCESS = (torch.Tensor.grad.__get__, torch.Tensor.grad.__set__)  # equal, never identical
-_GRADS_PENDING = gradient_buckets.PENDING  # [n]: leaves whose .grad waits for its all_reduce
+_GRADS_PENDING = gradient_buckets.PENDING  # [n]: leaves whose gradient waits in a bucket
 
 
 class _JaxSemanticsMode(TorchFunctionMode):
@@ -206,7 +206,7 @@ class _JaxSemanticsMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if not _is_compiling():
             if _GRADS_PENDING[0] and func in _GRAD_ACCESS:  # x.grad while a bucket waits
-                gradient_buckets.flush_pending()
+                gradient_buckets.flush_pending(args[0])
             # Eager: a call proven clean (fast_path) or a passthrough, run
             # directly (neither holds a backward entry point, see _eager). Ops
             # on one or two DTensors build fast_path.signature's tuple inline

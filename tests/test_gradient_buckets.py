@@ -151,3 +151,22 @@ def test_a_pending_loss_is_reduced_with_the_gradients_under_defer():
         np.testing.assert_array_equal(again, want_loss)
         for p, g in zip(params, want):
             _same(p.grad, g)
+
+
+def test_the_remembered_loss_is_differentiable():
+    """Under ``defer=True`` the loss reduced in the bucket is the loss's
+    completion from then on: a second backward through a function of it
+    (the graph kept) gives what a loss completed on its own gives."""
+    with T.simulate(4), T.jax_semantics(defer=True):
+        mesh = DeviceMesh((2, 2), ("batch", "model"))
+        x = T.distribute_tensor(_host((8, 16), 0), TensorLayout(("batch", None), mesh))
+        w = T.distribute_variable(_host((16, 4), 1), TensorLayout((None, "model"), mesh))
+        (want,) = torch.autograd.grad(torch.tanh(x @ w).mean().exp(), [w])
+        loss = torch.tanh(x @ w).mean()
+        loss.backward(retain_graph=True)
+        w.grad = None
+        with CommDebugMode() as comm:
+            grown = loss.exp()  # exp completes the loss: the remembered completion
+        assert _all_reduces(comm) == 0
+        grown.backward()
+        _same(w.grad, want)

@@ -20,8 +20,9 @@ group may add in another order).
 
 A root of the backward that holds a pending sum or mean -- a loss under
 ``jax_semantics(defer=True)``, whose mean stays pending -- is reduced in the
-same launch (``add_root``); the root itself is not changed, its completion
-is remembered for ``redistribute.resolve_pending`` (reading the loss then
+same launch (``add_root``; its starting gradient, ones, is made without
+completing it); the root itself is not changed, its completion is
+remembered for ``redistribute.resolve_pending`` (reading the loss then
 launches nothing). Under the default semantics the forward has completed the
 loss already.
 
@@ -49,7 +50,10 @@ from contextlib import contextmanager
 import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
-from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
+from parity.torch_impl.collectives.blocks import all_reduce_block
+from parity.torch_impl.collectives.flat_groups import group as flat_group
+from parity.torch_impl.layouts.tensors import contiguous_stride
+from parity.torch_impl.runtime.torch_compat import DTensorSpec, TensorMeta
 
 
 class GradientBucket:
@@ -73,13 +77,21 @@ class GradientBucket:
         self._pending[id(leaf)] = (weakref.ref(leaf), grad.device_mesh, dims, grad)
         PENDING[0] += 1
 
-    def add_root(self, root: torch.Tensor) -> None:
+    def add_root(self, root: torch.Tensor, grad: torch.Tensor | None) -> torch.Tensor | None:
         """A root of the backward that holds a pending sum or mean (kept by
-        ``jax_semantics(defer=True)``, a loss): completed in the same launch
-        as the gradients, and its completion remembered for ``resolve_pending``
-        (the root itself is not changed). Any other root: nothing."""
-        if isinstance(root, DTensor) and root_dims(root):
-            self._roots.append(root)
+        ``jax_semantics(defer=True)``, a loss) waits here: completed in the
+        same launch as the gradients, its completion remembered for
+        ``resolve_pending`` (the root itself is not changed). Returns the
+        gradient to start from: for a pending scalar root with none given,
+        ones in the completed placement (what the completed root's
+        ``ones_like`` gives; made here, the root is not completed for it).
+        Any other root: nothing waits, ``grad`` comes back."""
+        if not isinstance(root, DTensor) or not root_dims(root):
+            return grad
+        self._roots.append(root)
+        if grad is None and root.numel() == 1:
+            return _completed(root, torch.ones_like(root._local_tensor))
+        return grad
 
     def flush(self) -> None:
         """Reduce every waiting block and root: one all_reduce per (mesh,
@@ -128,42 +140,40 @@ def _accumulate(leaf: torch.Tensor, grad: DTensor) -> None:
 
 
 def _complete(members: list[tuple[torch.Tensor | None, DTensor]], dims: tuple[int, ...]) -> None:
-    """One all_reduce over mesh dims ``dims`` for all ``members``' blocks: a
-    leaf's waiting gradient (``(leaf, grad)``) is accumulated into its
-    ``.grad``, a root (``(None, root)``) its completion remembered
-    (``resolved``; a mean divided by the group's size after the sum, as the
-    mean's own all_reduce does)."""
+    """One all_reduce over mesh dims ``dims`` (their flattened group when
+    several) for all ``members``' blocks: a leaf's waiting gradient
+    (``(leaf, grad)``) is accumulated into its ``.grad``, a root
+    (``(None, root)``) gets its completion remembered (``resolved``; a mean
+    divided by the group's size after the sum, as its own all_reduce does)."""
     mesh = members[0][1].device_mesh
     blocks = [t._local_tensor for _, t in members]
+    group = flat_group(mesh, dims)
     with torch.no_grad(), _internal():
-        flat = torch.cat([b.reshape(-1) for b in blocks]) if len(blocks) > 1 else \
-            blocks[0].reshape(-1)
-        pending = [Partial("sum") if d in dims else Replicate() for d in range(mesh.ndim)]
-        summed = DTensor.from_local(flat, mesh, pending, run_check=False)
-        if len(dims) > 1:  # one all_reduce over the flattened group (redistribute.merged)
-            with registered_flat_mesh(mesh, dims):
-                total = summed.redistribute(mesh, [Replicate()] * mesh.ndim).to_local()
-        else:
-            total = summed.redistribute(mesh, [Replicate()] * mesh.ndim).to_local()
-        offset = 0
-        done = []
-        for block in blocks:
-            done.append(total[offset:offset + block.numel()].view(block.shape))
+        if len(blocks) > 1:
+            total = all_reduce_block(torch.cat([b.reshape(-1) for b in blocks]), "sum", group,
+                                     in_place=True)
+        else:  # the block may be shared with other tensors: reduced into a new one
+            total = all_reduce_block(blocks[0].reshape(-1), "sum", group)
+        offset, roots = 0, []
+        for (leaf, t), block in zip(members, blocks):
+            value = total[offset:offset + block.numel()].view(block.shape)
             offset += block.numel()
-        for (leaf, t), value in zip(members, done):
             if leaf is not None:
-                _accumulate(leaf, DTensor.from_local(
-                    value, mesh, _completed_placements(t), run_check=False, shape=t.shape,
-                    stride=t.stride()))
-    size = 1
-    for d in dims:
-        size *= mesh.size(d)
-    for (leaf, t), value in zip(members, done):
-        if leaf is None:
+                _accumulate(leaf, _completed(t, value))
+                continue
             if any(isinstance(p, Partial) and p.reduce_op == "avg" for p in t.placements):
-                with torch.no_grad():
-                    value = value / size
-            remember_resolved(t, _Resolved.apply(t, value))
+                value = value / group.size
+            roots.append((t, value))
+    for root, value in roots:  # differentiable, as the root's own completion is
+        remember_resolved(root, _Resolved.apply(root, value))
+
+
+def _completed(x: DTensor, block: torch.Tensor) -> DTensor:
+    """``x``'s completion, given its reduced ``block`` (contiguous): ``x``'s
+    shape, each pending mesh dim replicated."""
+    meta = TensorMeta(x.shape, contiguous_stride(x.shape), x.dtype)
+    spec = DTensorSpec(x.device_mesh, tuple(_completed_placements(x)), tensor_meta=meta)
+    return DTensor(block, spec, requires_grad=False)
 
 
 RESOLVED_ATTR = "_parity_resolved"
@@ -190,10 +200,8 @@ class _Resolved(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: DTensor, value: torch.Tensor) -> DTensor:  # type: ignore[override]
-        placements = _completed_placements(x)
-        ctx.placements = tuple(placements)
-        return DTensor.from_local(value, x.device_mesh, placements, run_check=False,
-                                  shape=x.shape, stride=x.stride())
+        ctx.placements = tuple(_completed_placements(x))
+        return _completed(x, value)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
@@ -291,7 +299,9 @@ class _LeafEntry(torch.autograd.Function):
     def forward(ctx, leaf: DTensor, target: _Target) -> DTensor:  # type: ignore[override]
         ctx.set_materialize_grads(False)
         ctx.target = target
-        return leaf.view_as(leaf)
+        # the leaf's block under a new DTensor, as DTensor's redistribute
+        # returns it when nothing moves
+        return DTensor(leaf._local_tensor, leaf._spec, requires_grad=False)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]

@@ -46,7 +46,7 @@ import torch
 from torch.autograd.graph import GradientEdge
 from torch.overrides import TorchFunctionMode, is_tensor_like
 
-from parity.torch_impl.collectives.gradient_buckets import open_bucket
+from parity.torch_impl.collectives.gradient_buckets import GradientBucket, open_bucket
 from parity.torch_impl.runtime.torch_compat import (
     _engine_run_backward,
     _make_grads,
@@ -80,23 +80,22 @@ def _inputs_tuple(inputs: Any, entry: str) -> tuple:
     return tuple(inputs)
 
 
-def _backward(tensors: Any, grad_tensors: Any, retain_graph: Any, create_graph: bool,
-              inputs: Any) -> None:
-    """``torch.autograd.backward``'s body after its torch-function check."""
+def _backward(bucket: GradientBucket | None, tensors: Any, grad_tensors: Any,
+              retain_graph: Any, create_graph: bool, inputs: Any) -> None:
+    """``torch.autograd.backward``'s body after its torch-function check;
+    its pending roots wait in ``bucket`` with the gradients."""
     inputs_tuple = _inputs_tuple(inputs, "backward")
     if inputs is not None and not inputs_tuple:
         raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     tensors = _as_tuple(tensors)
     grads = _tensor_or_tensors_to_tuple(grad_tensors, len(tensors))
+    if bucket is not None:  # a pending loss (defer=True): reduced with the gradients
+        grads = tuple(bucket.add_root(t, g) for t, g in zip(tensors, grads))
     grads = _make_grads(tensors, grads, is_grads_batched=False)
     if retain_graph is None:
         retain_graph = create_graph
-    with open_bucket(accumulates=not create_graph) as bucket:
-        if bucket is not None:
-            for root in tensors:  # a pending loss (defer=True): reduced with the gradients
-                bucket.add_root(root)
-        _engine_run_backward(tensors, grads, retain_graph, create_graph, inputs_tuple,
-                             allow_unreachable=True, accumulate_grad=True)
+    _engine_run_backward(tensors, grads, retain_graph, create_graph, inputs_tuple,
+                         allow_unreachable=True, accumulate_grad=True)
 
 
 def _grad(a: dict) -> Any:
@@ -116,9 +115,8 @@ def _grad(a: dict) -> Any:
     grads = _tensor_or_tensors_to_tuple(a["grad_outputs"], len(outputs))
     grads = _make_grads(outputs, grads, is_grads_batched=False)
     retain_graph = a["create_graph"] if a["retain_graph"] is None else a["retain_graph"]
-    with open_bucket(accumulates=False):  # the gradients it returns are complete
-        result = _engine_run_backward(outputs, grads, retain_graph, a["create_graph"],
-                                      inputs_tuple, allow_unused, accumulate_grad=False)
+    result = _engine_run_backward(outputs, grads, retain_graph, a["create_graph"],
+                                  inputs_tuple, allow_unused, accumulate_grad=False)
     if materialize:
         if any(r is None and not is_tensor_like(i) for r, i in zip(result, inputs_tuple)):
             raise RuntimeError(
@@ -155,12 +153,16 @@ def run(mode: TorchFunctionMode, func: Any, args: tuple, kwargs: dict) -> Any:
     bound = _SIGNATURES[func].bind(*args, **kwargs)
     bound.apply_defaults()
     a = bound.arguments
-    with mode:
+    # A bucket for a backward that accumulates into .grad, none for
+    # autograd.grad (the gradients it returns are complete); flushed after the
+    # mode is popped (the bucket's own ops need nothing from it).
+    accumulates = func is not _AUTOGRAD_GRAD and not a["create_graph"]
+    with open_bucket(accumulates) as bucket, mode:
         if func is _TENSOR_BACKWARD:
-            return _backward(a["self"], a["gradient"], a["retain_graph"], a["create_graph"],
-                             a["inputs"])
+            return _backward(bucket, a["self"], a["gradient"], a["retain_graph"],
+                             a["create_graph"], a["inputs"])
         if func is _AUTOGRAD_BACKWARD:
-            return _backward(a["tensors"], a["grad_tensors"], a["retain_graph"],
+            return _backward(bucket, a["tensors"], a["grad_tensors"], a["retain_graph"],
                              a["create_graph"], a["inputs"])
         return _grad(a)
 

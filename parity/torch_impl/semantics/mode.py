@@ -337,6 +337,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         if partial and not keep_partial:
             t = pending.complete(t)
             partial = False
+            moved.append(loc)  # a pending operand: the call is never clean
         guard = grad and t.requires_grad and t.is_leaf  # not grad_fn: dynamo
         if spec is None or partial:
             out = redistribute.redistribute_to(t, S.spec_of(t), guard=True) if guard else t

@@ -170,3 +170,12 @@ def test_the_remembered_loss_is_differentiable():
         assert _all_reduces(comm) == 0
         grown.backward()
         _same(w.grad, want)
+
+
+def test_the_bucket_keeps_nothing_on_the_parameters(mlp):
+    """No attribute of parity's on a trained parameter (it would go into
+    pickles and deep copies of the parameter)."""
+    _, params, loss_fn = mlp
+    loss_fn().backward()
+    for p in params:
+        assert not [k for k in vars(p) if k.startswith("_parity")], vars(p).keys()

@@ -150,10 +150,11 @@ def _complete(members: list[tuple[torch.Tensor | None, DTensor]], dims: tuple[in
     group = flat_group(mesh, dims)
     with torch.no_grad(), _internal():
         if len(blocks) > 1:
-            total = all_reduce_block(torch.cat([b.reshape(-1) for b in blocks]), "sum", group,
-                                     in_place=True)
+            flat = torch.cat([b.reshape(-1) for b in blocks])
         else:  # the block may be shared with other tensors: reduced into a new one
-            total = all_reduce_block(blocks[0].reshape(-1), "sum", group)
+            flat = blocks[0].reshape(-1).clone()
+        # a group of one (mesh axes of size 1) has nothing to add, as DTensor knows
+        total = all_reduce_block(flat, "sum", group, in_place=True) if group.size > 1 else flat
         offset, roots = 0, []
         for (leaf, t), block in zip(members, blocks):
             value = total[offset:offset + block.numel()].view(block.shape)
@@ -289,9 +290,27 @@ class _Target:
         self.holder = holder
 
 
-# Each leaf's live entry nodes (their _Target), on the leaf: more than one
-# means a gradient that is not the leaf's only contribution.
-USES_ATTR = "_parity_gradient_uses"
+# id(leaf) -> (weakref to the leaf, its live entry nodes' _Target): more than
+# one means a gradient that is not the leaf's only contribution. Kept here,
+# not on the leaf (an attribute would go into pickles of the parameter).
+_uses: dict[int, tuple[weakref.ref, "weakref.WeakSet[_Target]"]] = {}
+
+
+def _uses_of(leaf: DTensor, create: bool = False) -> "weakref.WeakSet[_Target] | tuple":
+    key = id(leaf)
+    found = _uses.get(key)
+    if found is not None and found[0]() is leaf:
+        return found[1]
+    if not create:
+        return ()
+
+    def forget(ref: weakref.ref, key: int = key) -> None:
+        if _uses.get(key, (None,))[0] is ref:
+            del _uses[key]
+
+    uses: "weakref.WeakSet[_Target]" = weakref.WeakSet()
+    _uses[key] = (weakref.ref(leaf, forget), uses)
+    return uses
 
 
 class _LeafEntry(torch.autograd.Function):
@@ -323,8 +342,10 @@ def _defers(target: _Target, grad: DTensor) -> bool:
     if bucket is None or leaf is None or not isinstance(grad, DTensor):
         return False
     dims = _deferrable_dims(grad, target.placements)
-    if not dims or len(getattr(leaf, USES_ATTR, ())) > 1:
+    if not dims or len(_uses_of(leaf)) > 1:
         return False
+    if all(target.mesh.size(d) == 1 for d in dims):
+        return False  # nothing to reduce: DTensor's redistribute launches nothing either
     with _internal():
         if _has_hooks(leaf):
             bucket.flush()  # the hook sees completed values, all before it too
@@ -357,9 +378,5 @@ def leaf_entry(leaf: DTensor) -> DTensor:
     if torch.compiler.is_compiling():
         return leaf.redistribute(leaf.device_mesh, leaf.placements)
     target = _Target(leaf, _local.holder)
-    uses = getattr(leaf, USES_ATTR, None)
-    if uses is None:
-        uses = weakref.WeakSet()
-        setattr(leaf, USES_ATTR, uses)
-    uses.add(target)
+    _uses_of(leaf, create=True).add(target)
     return _LeafEntry.apply(leaf, target)

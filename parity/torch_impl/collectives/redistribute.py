@@ -27,6 +27,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from parity.layout import Spec
+from parity.torch_impl.collectives.gradient_buckets import leaf_entry, resolved
 from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
 from parity.torch_impl.layouts.specs import placements_for
 
@@ -60,9 +61,15 @@ def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
 
 def resolve_pending(x: DTensor) -> DTensor:
     """``x`` with every pending reduction completed (replicated on those
-    mesh axes), pending sums over several axes in one all_reduce."""
+    mesh axes), pending sums over several axes in one all_reduce. A
+    completion made already (a backward's root, reduced with the gradients:
+    ``gradient_buckets``) is taken as it is."""
     if not any(isinstance(p, Partial) for p in x.placements):
         return x
+    if not torch.compiler.is_dynamo_compiling():
+        done = resolved(x)
+        if done is not None:
+            return done
     return merged(x, [Replicate() if isinstance(p, Partial) else p for p in x.placements])
 
 
@@ -72,13 +79,19 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
     collective). Pending reductions are completed on the way.
 
     ``guard`` redistributes even when nothing moves: the autograd node then
-    brings the gradient back to ``x``'s own placement.
+    brings the gradient back to ``x``'s own placement; for a leaf that needs
+    a gradient that node is ``gradient_buckets.leaf_entry``'s (a pending sum
+    in the gradient may wait for the backward's bucket).
     """
     mesh = x.device_mesh
     target = placements_for(spec, mesh)
     current = tuple(x.placements)
     if current == target:
-        return x.redistribute(mesh, target) if guard else x
+        if not guard:
+            return x
+        if x.is_leaf and x.requires_grad:
+            return leaf_entry(x)  # its gradient's completion may wait for the bucket
+        return x.redistribute(mesh, target)
     if any(isinstance(p, Partial) for p in current):
         # Partial -> strided shard is not implemented by DTensor: reduce first.
         if any(isinstance(p, Partial) and not isinstance(t, (Replicate,)) and

@@ -24,6 +24,16 @@ kernels run below autograd and are unchanged.
 Not covered, and run as before (the mode off inside the backward):
 ``torch.autograd.grad(..., is_grads_batched=True)`` (a vmap over the engine
 call) and the deprecated ``grad_variables`` argument.
+
+A backward that accumulates into ``.grad`` (``backward()`` without
+``create_graph``) runs with a gradient bucket open
+(``collectives.gradient_buckets``): the pending sums of the leaves'
+gradients are completed together, one all_reduce per group, when the
+engine returns (earlier where a hook or a ``.grad`` reader needs them),
+and a root that holds a pending sum or mean (a loss under
+``jax_semantics(defer=True)``) is reduced in the same launch.
+``autograd.grad`` and the calls not covered run with no bucket, so a
+gradient they return is always complete.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import torch
 from torch.autograd.graph import GradientEdge
 from torch.overrides import TorchFunctionMode, is_tensor_like
 
+from parity.torch_impl.collectives.gradient_buckets import GradientBucket, open_bucket
 from parity.torch_impl.runtime.torch_compat import (
     _engine_run_backward,
     _make_grads,
@@ -69,14 +80,17 @@ def _inputs_tuple(inputs: Any, entry: str) -> tuple:
     return tuple(inputs)
 
 
-def _backward(tensors: Any, grad_tensors: Any, retain_graph: Any, create_graph: bool,
-              inputs: Any) -> None:
-    """``torch.autograd.backward``'s body after its torch-function check."""
+def _backward(bucket: GradientBucket | None, tensors: Any, grad_tensors: Any,
+              retain_graph: Any, create_graph: bool, inputs: Any) -> None:
+    """``torch.autograd.backward``'s body after its torch-function check;
+    its pending roots wait in ``bucket`` with the gradients."""
     inputs_tuple = _inputs_tuple(inputs, "backward")
     if inputs is not None and not inputs_tuple:
         raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     tensors = _as_tuple(tensors)
     grads = _tensor_or_tensors_to_tuple(grad_tensors, len(tensors))
+    if bucket is not None:  # a pending loss (defer=True): reduced with the gradients
+        grads = tuple(bucket.add_root(t, g) for t, g in zip(tensors, grads))
     grads = _make_grads(tensors, grads, is_grads_batched=False)
     if retain_graph is None:
         retain_graph = create_graph
@@ -139,12 +153,16 @@ def run(mode: TorchFunctionMode, func: Any, args: tuple, kwargs: dict) -> Any:
     bound = _SIGNATURES[func].bind(*args, **kwargs)
     bound.apply_defaults()
     a = bound.arguments
-    with mode:
+    # A bucket for a backward that accumulates into .grad, none for
+    # autograd.grad (the gradients it returns are complete); flushed after the
+    # mode is popped (the bucket's own ops need nothing from it).
+    accumulates = func is not _AUTOGRAD_GRAD and not a["create_graph"]
+    with open_bucket(accumulates) as bucket, mode:
         if func is _TENSOR_BACKWARD:
-            return _backward(a["self"], a["gradient"], a["retain_graph"], a["create_graph"],
-                             a["inputs"])
+            return _backward(bucket, a["self"], a["gradient"], a["retain_graph"],
+                             a["create_graph"], a["inputs"])
         if func is _AUTOGRAD_BACKWARD:
-            return _backward(a["tensors"], a["grad_tensors"], a["retain_graph"],
+            return _backward(bucket, a["tensors"], a["grad_tensors"], a["retain_graph"],
                              a["create_graph"], a["inputs"])
         return _grad(a)
 
@@ -162,3 +180,12 @@ def run_untraced(mode: TorchFunctionMode, func: Any, args: tuple, kwargs: dict) 
     """``run`` outside dynamo, as ``compile_support.run_untraced`` runs the
     entry point itself."""
     return _UNTRACED(*args, _parity_mode=mode, _parity_entry=func, **kwargs)
+
+
+def run_uncovered(func: Any, args: tuple, kwargs: dict) -> Any:
+    """A backward entry point ``run`` does not cover (or with no mode), as
+    ``compile_support.run_untraced`` runs it, with no gradient bucket: inside
+    another backward (a hook's batched ``autograd.grad``) its gradients are
+    complete."""
+    with open_bucket(accumulates=False):
+        return compile_support.run_untraced(func, args, kwargs)

@@ -59,7 +59,7 @@ from parity.torch_impl.semantics import (
     rules,
     traced_plans,
 )
-from parity.torch_impl.collectives import redistribute
+from parity.torch_impl.collectives import gradient_buckets, redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
 from parity.torch_impl.semantics import explicit_check
@@ -203,6 +203,8 @@ def _name_of(func) -> str | None:
 
 _is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to True
 _grad_enabled = torch.is_grad_enabled
+_GRAD_ACCESS = (torch.Tensor.grad.__get__, torch.Tensor.grad.__set__)  # equal, never identical
+_GRADS_PENDING = gradient_buckets.PENDING  # [n]: leaves whose gradient waits in a bucket
 
 
 class _JaxSemanticsMode(TorchFunctionMode):
@@ -211,6 +213,8 @@ class _JaxSemanticsMode(TorchFunctionMode):
     @compile_support.skip_alone  # inlined when traced, never compiled op by op
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if not _is_compiling():
+            if _GRADS_PENDING[0] and func in _GRAD_ACCESS:  # x.grad while a bucket waits
+                gradient_buckets.flush_pending(args[0])
             # Eager: a call proven clean (fast_path) or a passthrough, run
             # directly (neither holds a backward entry point, see _eager). Ops
             # on one or two DTensors build fast_path.signature's tuple inline
@@ -296,7 +300,7 @@ def _backward(func, args: tuple, kwargs: dict) -> Any:
     """
     mode = _state.mode
     if mode is None or not backward_scope.covered(func, args, kwargs):
-        return compile_support.run_untraced(func, args, kwargs)
+        return backward_scope.run_uncovered(func, args, kwargs)
     return backward_scope.run_untraced(mode, func, args, kwargs)
 
 
@@ -352,6 +356,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         if partial and not keep_partial:
             t = pending.complete(t)
             partial = False
+            moved.append(loc)  # a pending operand: the call is never clean
         guard = grad and t.requires_grad and t.is_leaf  # not grad_fn: dynamo
         if spec is None or partial:
             out = redistribute.redistribute_to(t, S.spec_of(t), guard=True) if guard else t

@@ -61,6 +61,12 @@ def run(backend, family, mesh_text, steps):
         task.compile(optimizer=keras.optimizers.Adam(1e-2),
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         task.set_weights(initial_weights(task))
+        inputs = task.backbone.input
+        if isinstance(inputs, dict) and "position_ids" in inputs:
+            # Gemma4 takes positions as an input; its preprocessor gives
+            # 0..seq-1 per row.
+            x = dict(x, position_ids=np.broadcast_to(
+                np.arange(x["token_ids"].shape[1], dtype="int32"), x["token_ids"].shape).copy())
 
         record = step_recorder()
         task.fit(x, y, sample_weight=sw, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,

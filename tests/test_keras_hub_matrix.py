@@ -52,9 +52,11 @@ CI = {"mistral:2x4"}
 CONFIGS = [f"{f}:{m}" for f in FAMILIES for m in ("2x4", "1x8")]
 # Families that cannot run, with why (one line each); their test asserts
 # the error so that a fix shows up.
-# (empty: GPT-OSS, the last one, runs since parity replicates a plain tensor
-# that meets a Keras variable's DTensor in the variable's __torch_function__).
-CANNOT_RUN: dict[str, str] = {}
+# (GPT-OSS runs since parity replicates a plain tensor that meets a Keras
+# variable's DTensor in the variable's __torch_function__).
+_VIEW = ("torch+parity: RuntimeError: view size is not compatible with input tensor's size and "
+         "stride (seen on 2x4; JAX runs): a parity gap, op not located yet")
+CANNOT_RUN: dict[str, str] = {"qwen3_5": _VIEW, "qwen3_5_moe": _VIEW}
 
 
 def params():

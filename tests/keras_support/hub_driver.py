@@ -197,6 +197,10 @@ def run(args, backend, model_name, mesh_text):
     rank = kdl.distribution_lib.process_id()
     n_processes = kdl.distribution_lib.num_processes()
     mesh_shape = tuple(int(s) for s in mesh_text.split("x"))
+    # Fresh layer-name counters: a config's variable paths (qwen_sparse_moe_block_1
+    # ...) must not depend on the configs this process ran before it (the JAX
+    # driver runs every config, each torch driver half of them).
+    keras.backend.clear_session()
     keras.utils.set_random_seed(0)
     devices = keras.distribution.list_devices()
     mesh = keras.distribution.DeviceMesh(mesh_shape, ("batch", "model"), devices)

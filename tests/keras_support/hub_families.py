@@ -30,8 +30,10 @@ FAMILIES = {
                dict(GQA, head_dim=4, image_size=16, vision_encoder=None)),
     "gemma4": ("Gemma4CausalLM", "Gemma4Backbone", dict(GQA, head_dim=4, image_size=16)),
     "gpt2": ("GPT2CausalLM", "GPT2Backbone", dict(MHA, dropout=0.0, max_sequence_length=16)),
+    # rotary_percentage 0.5: the default 0.25 of head_dim 4 rotates 1 dim,
+    # which keras-hub's RotaryEmbedding refuses on JAX ("must be even").
     "gpt_neox": ("GPTNeoXCausalLM", "GPTNeoXBackbone",
-                 dict(MHA, dropout=0.0, max_sequence_length=16)),
+                 dict(MHA, dropout=0.0, max_sequence_length=16, rotary_percentage=0.5)),
     "gpt_oss": ("GptOssCausalLM", "GptOssBackbone",
                 dict(GQA, num_experts=4, top_k=2, head_dim=4)),
     "llama": ("LlamaCausalLM", "LlamaBackbone", GQA),

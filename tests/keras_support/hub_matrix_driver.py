@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import traceback
 
@@ -60,6 +61,12 @@ def run(backend, family, mesh_text, steps):
         task.compile(optimizer=keras.optimizers.Adam(1e-2),
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         task.set_weights(initial_weights(task))
+        inputs = task.backbone.input
+        if isinstance(inputs, dict) and "position_ids" in inputs:
+            # Gemma4 takes positions as an input; its preprocessor gives
+            # 0..seq-1 per row.
+            x = dict(x, position_ids=np.broadcast_to(
+                np.arange(x["token_ids"].shape[1], dtype="int32"), x["token_ids"].shape).copy())
 
         record = step_recorder()
         task.fit(x, y, sample_weight=sw, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
@@ -82,6 +89,20 @@ def run(backend, family, mesh_text, steps):
         }
 
 
+def one_line(err: BaseException) -> str:
+    """The error's type, the innermost layer Keras names, and the innermost
+    message: Keras wraps a layer's error in "Exception encountered when
+    calling X.call()" once per enclosing layer, then lists the arguments."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", x).strip() for x in str(err).splitlines()]
+    lines = [x for x in lines if x]
+    calls = re.findall(r"Exception encountered when calling (\S+?)\.?$", "\n".join(lines), re.M)
+    content = [x for x in lines if not x.startswith(("Exception encountered", "Arguments received", "•"))
+               and not x.endswith("Error encountered:")]
+    where = f" in {calls[-1]}" if calls else ""
+    message = content[-1] if content else (lines[0] if lines else "")
+    return f"{type(err).__name__}{where}: {message}"[:400]
+
+
 def main():
     args = parse()
     from hub_driver import setup_backend
@@ -96,10 +117,7 @@ def main():
                 result = run(backend, family, mesh_text, args.steps)
             except Exception as err:  # noqa: BLE001 - reported per config, as one line
                 traceback.print_exc()
-                lines = [x.strip() for x in str(err).splitlines() if x.strip()]
-                cause = [x for x in lines[1:] if "aten." in x or "Error" in x][:1]
-                result = {"config": config, "backend": backend,
-                          "error": f"{type(err).__name__}: " + " | ".join(lines[:1] + cause)[:400]}
+                result = {"config": config, "backend": backend, "error": one_line(err)}
             sys.stdout.write("HUB_RESULT " + json.dumps(result) + "\n")
             sys.stdout.flush()
 

@@ -432,6 +432,38 @@ def check_replicated_variable_is_a_dtensor():
 
 
 @check
+def check_plain_tensor_meets_a_variable_first():
+    """``plain * variable`` and ``torch.mul(plain, variable)`` reach the
+    variable's ``__torch_function__``, not its ``__rmul__``: the plain tensor
+    counts as replicated there too (JAX's ``array * variable``), inside and
+    outside a layer call. keras-hub's ``GptOssLayerNormalization`` computes
+    ``x * self.scale`` on a plain tensor when Keras infers its decoder's
+    output shape (issue 27); it raised DTensor's mixed-tensor error."""
+    import torch
+
+    class Scale(keras.layers.Layer):  # no compute_output_shape: Keras calls it on plain tensors
+        def build(self, shape):
+            self.scale = self.add_weight(name="scale", shape=(shape[-1],), initializer="ones")
+
+        def call(self, x):
+            return keras.ops.cast(x, "float32") * self.scale
+
+    layout_map = kd.LayoutMap(mesh24())
+    layout_map["scale/scale"] = ("model",)
+    with kd.ModelParallel(layout_map=layout_map, batch_dim_name="batch").scope():
+        inputs = keras.Input((8,))
+        model = keras.Model(inputs, Scale(name="scale")(inputs))
+        v = model.get_layer("scale").scale
+        v.assign(np.arange(8, dtype="float32"))
+        assert spec(v) == (("model",),), spec(v)
+        x = np.linspace(0, 1, 16, dtype="float32").reshape(2, 8)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)), x * np.arange(8))
+    plain = torch.arange(8, dtype=torch.float32)
+    for got in (plain * v, torch.mul(plain, v), v * plain):  # outside any scope or layer call
+        np.testing.assert_array_equal(ti.to_numpy(got), np.arange(8) ** 2)
+
+
+@check
 def check_data_input_without_a_layout_is_returned_as_it_is():
     """Keras's torch trainer (keras-nightly's ``_distribute_data``) calls
     ``distribute_data_input(d, None)`` for data with no layout (a missing

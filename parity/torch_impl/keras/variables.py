@@ -13,7 +13,15 @@
 * ``assign`` lays the value out with the variable's layout and copies into
   the same ``Parameter`` object (the one the optimizer and
   ``TorchLayer.torch_params`` hold), inside or outside the scope;
-* ``convert_to_numpy`` of a DTensor gives the global value.
+* ``convert_to_numpy`` of a DTensor gives the global value;
+* an op on a variable that reached the variable's ``__torch_function__``
+  (``plain_tensor * variable``, ``torch.mul(x, variable)``: the operand torch
+  tries first is not the variable, so its ``__rmul__`` never runs) runs its
+  unwrapped values under ``jax_semantics()`` when that is on: a plain tensor
+  meeting the variable's DTensor is replicated, as a JAX array meeting a
+  sharded one is (keras-hub's ``GptOssLayerNormalization`` computes
+  ``x * self.scale`` on a plain tensor when Keras infers its decoder's
+  output shape).
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from parity.torch_impl.keras import distribution_lib as kdl
+from parity.torch_impl.keras.trainer import _in_mixing, _mixing
 from parity.torch_impl.collectives.gather import all_gather_variable
+from parity.torch_impl.semantics import mode as semantics_mode
 
 _ORIGINAL: dict[str, object] = {}
 
@@ -122,6 +132,22 @@ def _direct_assign(self, value):
         current.copy_(value)
 
 
+def _torch_function(cls, func, types, args=(), kwargs=None):
+    """Keras's torch ``Variable.__torch_function__`` (each variable operand
+    replaced by its value), the call run as ``jax_semantics()`` runs it when
+    a value is a DTensor (entered here when a distribution is set or ranks
+    exist and no scope is on, as the variable's ``_MIXING_METHODS`` do)."""
+    Variable = _ORIGINAL["core"].Variable
+    args = [a.value if isinstance(a, Variable) else a for a in args]
+    kwargs = {k: v.value if isinstance(v, Variable) else v for k, v in (kwargs or {}).items()}
+    if not any(isinstance(v, DTensor) for v in (*args, *kwargs.values())):
+        return func(*args, **kwargs)
+    if semantics_mode.active():  # the mode met the variable and is popped now
+        return semantics_mode.dispatch_unwrapped(func, tuple(args), kwargs)
+    with _mixing():  # outside any step or layer call, as the variable's own operators
+        return func(*args, **kwargs)
+
+
 def convert_to_numpy(x):
     if isinstance(x, (list, tuple)):
         return np.array([convert_to_numpy(e) for e in x])
@@ -164,8 +190,6 @@ def patches(keras) -> list[tuple]:
     """``(owner, attribute, replacement)`` for the variable hooks, on the
     Keras modules ``keras`` (``install.KerasModules``); the originals they
     call are recorded in ``_ORIGINAL``."""
-    from parity.torch_impl.keras.trainer import _in_mixing
-
     KerasVariable = keras.variables.Variable
     found = []
     for name in _MIXING_METHODS:
@@ -181,5 +205,6 @@ def patches(keras) -> list[tuple]:
         (cls, "_direct_assign", _direct_assign),
         (cls, "_initialize_with_initializer", _initialize_with_initializer),
         (cls, "_initialize_layout", _initialize_layout),
+        (cls, "__torch_function__", classmethod(_torch_function)),
     ]
     return found + _rebinding(keras.core.convert_to_numpy, convert_to_numpy)

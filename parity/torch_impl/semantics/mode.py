@@ -194,6 +194,26 @@ def jax_semantics(defer: bool = False, random: str = "invariant") -> JaxSemantic
     return JaxSemantics(defer, random)
 
 
+# --- begin: unwrapping subclasses (issue 27, GPT-OSS; edited by the keras-hub helper) ---
+def dispatch_unwrapped(func, args: tuple, kwargs: dict) -> Any:
+    """``func(*args, **kwargs)`` as this thread's mode runs it, for a tensor
+    subclass whose ``__torch_function__`` unwraps its operands and calls
+    ``func`` again (Keras's torch ``Variable``, which holds a DTensor).
+
+    torch pops the mode while it handles an op, so when the mode met the
+    wrapper (``plain * variable``: no DTensor among its operands) and called
+    ``func``, the subclass's unwrapped call would run without JAX's
+    semantics: a plain tensor meeting the DTensor raised DTensor's mixed
+    ``torch.Tensor and DTensor`` error. Outside ``jax_semantics()``: the
+    plain call.
+    """
+    mode = _state.mode
+    if mode is None:
+        return func(*args, **kwargs)
+    return mode.__torch_function__(func, (), tuple(args), kwargs)
+# --- end: unwrapping subclasses ---
+
+
 @torch.compiler.assume_constant_result
 def _name_of(func) -> str | None:
     # Under torch.compile dynamo traces this mode; a function's ``__name__``

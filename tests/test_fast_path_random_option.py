@@ -7,7 +7,6 @@ unsharded program's values)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 import parity
@@ -22,10 +21,6 @@ def _dropout(x, random: str) -> np.ndarray:
     return ti.to_numpy(y)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "fast_path.CLEAN keys lack the random option: semantics/mode.py's _run remembers a per_rank "
-    "draw as clean; the fix (mode.py, not this branch's file) is to remember no call for which "
-    "random_ops.draws(func, args, kwargs) holds"))
 def test_a_per_rank_draw_is_not_remembered_for_an_invariant_scope(sim8):
     fast_path.forget_all()
     try:

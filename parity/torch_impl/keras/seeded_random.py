@@ -31,6 +31,7 @@ function runs unchanged.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 
 from parity.torch_impl.keras.trainer import _in_mixing
@@ -43,6 +44,16 @@ _ORIGINAL: dict[str, object] = {}
 _state = threading.local()
 
 
+def _keras_torch_core():
+    """Keras's torch core module: ``keras.src.backend.torch.core`` in
+    keras 3.15, ``keras.src.backend.torch.ops.core`` in keras-nightly 3.16."""
+    for name in ("keras.src.backend.torch.core", "keras.src.backend.torch.ops.core"):
+        if name in sys.modules:
+            return sys.modules[name]
+    raise RuntimeError("Keras's torch backend is not imported: set KERAS_BACKEND=torch "
+                       "before importing keras")
+
+
 def _torch_seed_generator(seed):
     """Seed torch's default generator with Keras's seed for ``seed`` and
     return ``None`` (torch's ops then draw from the default generator); the
@@ -50,12 +61,11 @@ def _torch_seed_generator(seed):
 
     Raises ``RuntimeError`` when called outside one of ``FUNCTIONS`` (no
     wrapper would give the caller's generator state back)."""
-    from keras.src.backend.torch.core import get_device
     from keras.src.random.seed_generator import draw_seed
 
     import torch
 
-    if get_device() == "meta":
+    if _keras_torch_core().get_device() == "meta":
         return _ORIGINAL["torch_seed_generator"](seed)
     saved = getattr(_state, "saved", None)
     if not saved:

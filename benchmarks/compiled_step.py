@@ -56,6 +56,19 @@ def _median_step(fn, steps: int, warmup: int, sync=None) -> float:
     return times[len(times) // 2]
 
 
+def sgd_step(x, w1, w2):
+    """One training step of the MLP: loss, backward, SGD update; the loss."""
+    import torch
+
+    loss = (torch.tanh(x @ w1) @ w2 - 1).pow(2).mean()
+    loss.backward()
+    with torch.no_grad():
+        for p in (w1, w2):
+            p.sub_(LR * p.grad)
+            p.grad = None
+    return loss
+
+
 def torch_rank(steps: int, warmup: int, backend: str, out: str) -> None:
     """One gloo rank: eager and compiled step times (rank 0 writes them)."""
     import torch
@@ -75,13 +88,7 @@ def torch_rank(steps: int, warmup: int, backend: str, out: str) -> None:
         w2 = ti.distribute_variable(host((HIDDEN, OUT), 2), L(("model", None), mesh))
 
         def step():
-            loss = (torch.tanh(x @ w1) @ w2 - 1).pow(2).mean()
-            loss.backward()
-            with torch.no_grad():
-                for p in (w1, w2):
-                    p.sub_(LR * p.grad)
-                    p.grad = None
-            return loss
+            return sgd_step(x, w1, w2)
 
         fn = torch.compile(step, backend=backend) if name == "compiled" else step
         with ti.jax_semantics():
@@ -158,13 +165,7 @@ def first_compile_rank(backend: str, out: str) -> None:
     w1, w2 = weights()
 
     def step():
-        loss = (torch.tanh(x @ w1) @ w2 - 1).pow(2).mean()
-        loss.backward()
-        with torch.no_grad():
-            for p in (w1, w2):
-                p.sub_(LR * p.grad)
-                p.grad = None
-        return loss
+        return sgd_step(x, w1, w2)
 
     result["parity_whole_step"] = timed(torch.compile(step, backend=backend), ti.jax_semantics)
     if ti.process_id() == 0:

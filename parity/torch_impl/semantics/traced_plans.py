@@ -61,19 +61,22 @@ def describe(args: tuple, kwargs: dict) -> tuple | None:
     tuple ``("L" | "U", items)``, per ``torch.Size`` ``("S", sizes)``, per
     constant ``("C", value)``; ``None``
     when some argument is none of these or a size is symbolic."""
-    found_args = []
-    for value in args:
+    found_args = _describe_each(args)
+    found_kwargs = _describe_each(kwargs.values())
+    if found_args is None or found_kwargs is None:
+        return None
+    return found_args, tuple(zip(kwargs, found_kwargs))
+
+
+def _describe_each(values) -> tuple | None:
+    """``_describe_one`` of each value; ``None`` when any is ``None``."""
+    found = []
+    for value in values:
         one = _describe_one(value)
         if one is None:
             return None
-        found_args.append(one)
-    found_kwargs = []
-    for name, value in kwargs.items():
-        one = _describe_one(value)
-        if one is None:
-            return None
-        found_kwargs.append((name, one))
-    return tuple(found_args), tuple(found_kwargs)
+        found.append(one)
+    return tuple(found)
 
 
 def _describe_one(value: Any) -> tuple | None:
@@ -88,13 +91,8 @@ def _describe_one(value: Any) -> tuple | None:
                 return None
         return ("T", tuple(value.placements), shape, value.dtype, value.requires_grad)
     if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
-        items = []
-        for v in value:
-            one = _describe_one(v)
-            if one is None:
-                return None
-            items.append(one)
-        return ("U" if type(value) is tuple else "L", tuple(items))
+        items = _describe_each(value)
+        return None if items is None else ("U" if type(value) is tuple else "L", items)
     if isinstance(value, torch.Size):
         for n in value:
             if not has_static_value(n):

@@ -38,6 +38,7 @@ from typing import Any
 from conformance.opinfo.check import CLASSES, COLUMNS, MODES
 from conformance.opinfo.harness import FAST, FULL, op_cases, print_table, summarize
 from conformance.opinfo.samples import MESHES, SHAPE_POLICY, float32_ops, op_key
+from conformance.running.worker_log import WorkerLog
 from conformance.running.worker_process import LineWorker, WorkerGone, exit_with_parent
 
 SCHEMA = "parity-opinfo/1"
@@ -75,8 +76,8 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
     for m in meshes:
         if m not in MESHES:
             raise KeyError(f"unknown mesh {m!r}; OpInfo meshes: {sorted(MESHES)}")
-    log_path = Path(str(out) + ".log") if out else Path(os.devnull)
-    log = open(log_path, "w")
+    worker_log = WorkerLog(out)  # <out>.log, kept only when a worker said something
+    log = worker_log.file
     started = time.monotonic()
     records = _Journal(Path(str(out) + ".partial.jsonl") if out else None)
     interrupted = False
@@ -117,7 +118,7 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
             signal.signal(sig, handler)
         if worker is not None:
             worker.kill()
-        log.close()
+        worker_log.close()
         if progress:
             print(file=sys.stderr)
     summary = summarize(list(records))

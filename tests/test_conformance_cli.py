@@ -223,6 +223,29 @@ def test_an_opinfo_run_leaves_its_log_only_when_a_worker_wrote_to_it(monkeypatch
         assert not log.exists(), "an empty log was left beside the report"
 
 
+def test_an_unknown_opinfo_op_suggests_the_closest_names_and_leaves_nothing(monkeypatch, tmp_path,
+                                                                          capsys):
+    from conformance.opinfo import runner as opinfo_runner
+
+    class Worker:  # a stand-in for the OpInfo worker: its op list only
+        ops = ["cumsum", "cumprod", "neg", "nn.functional.relu"]
+
+        def __init__(self, log):
+            pass
+
+        def kill(self):
+            pass
+
+    monkeypatch.setattr(opinfo_runner, "_Worker", Worker)
+    out = tmp_path / "r.json"
+    assert main(["run", "--backend", "torch", "--source", "opinfo", "--op", "cumsumm",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no float32 OpInfo named 'cumsumm': did you mean cumsum?" in err, err
+    assert len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # no report, no empty journal or log
+
+
 def _verdicts(verdict_ids):
     """A comparison whose cases have the given ids, the reference holding and
     the candidate differing on the ids in ``verdict_ids['differs']``."""

@@ -34,7 +34,7 @@ import jsonschema
 from conformance.cases.case import Case, Input, Spec, layout_json
 from conformance.cases.shape_check import UnfitCase, check_fit, jax_available, warn_unchecked
 from conformance.cases.signatures import AXIS_TYPES, SIGNATURES, Kwarg, json_schema
-from conformance.catalogue import OPS, unknown_op
+from conformance.catalogue import OPS, Arg, unknown_op
 from conformance.records.values import DTYPES
 
 # The axis names a case's mesh gets when the case file names none.
@@ -81,21 +81,10 @@ def _shape_of(values: Any) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) -> Case:
-    """One case from its JSON form. Raises ``CaseFileError`` naming the field."""
-    if not isinstance(raw, dict):
-        raise _err(path, f"a case is an object; got {type(raw).__name__}")
-    known = {"id", "op", "mesh", "inputs", "kwargs", "grad", "values", "note"}
-    for key in raw:
-        if key not in known:
-            raise _err(f"{path}.{key}", f"unknown field; a case has {sorted(known)}")
-    cid = raw.get("id")
-    if not isinstance(cid, str) or not cid:
-        raise _err(f"{path}.id", "required: a non-empty string")
-    op = raw.get("op")
-    if not isinstance(op, str) or op not in OPS:
-        raise _err(f"{path}.op", unknown_op(op))
-    mesh = raw.get("mesh")
+def _parse_mesh(mesh: Any, path: str, default_mesh: tuple | None
+                ) -> tuple[tuple[int, ...], tuple[str, ...], tuple[str, ...] | None]:
+    """A case's ``mesh`` field (or ``default_mesh`` where it has none):
+    ``(shape, axis_names, axis_types)``. Raises ``CaseFileError`` naming the field."""
     axis_types = None
     if mesh is None and default_mesh is not None:
         mesh_shape, axis_names = default_mesh
@@ -122,7 +111,65 @@ def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) 
                        f"one of {list(AXIS_TYPES)} per mesh dim ({len(mesh_shape)}); "
                        f"got {axis_types!r}")
         axis_types = None if axis_types is None else tuple(axis_types)
-    mesh_shape, axis_names = tuple(mesh_shape), tuple(axis_names)
+    return tuple(mesh_shape), tuple(axis_names), axis_types
+
+
+def _parse_input(item: Any, ipath: str, arg: Arg | None, case_value: Any,
+                 axis_names: Sequence[str]) -> Input:
+    """One entry of a case's ``inputs`` (``arg``: the op's catalogue argument
+    at that position, for the default dtype and domain; ``case_value``: the
+    case's ``values`` entry for it). Raises ``CaseFileError`` naming the field."""
+    if not isinstance(item, dict):
+        raise _err(ipath, "an input is an object with shape, dtype and layout (or scalar)")
+    if "scalar" in item:
+        value = item["scalar"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _err(f"{ipath}.scalar", f"a number; got {value!r}")
+        return Input("scalar", values=value)
+    for key in item:
+        if key not in ("shape", "dtype", "layout", "values", "domain"):
+            raise _err(f"{ipath}.{key}", "unknown field; an input has shape, dtype, layout, "
+                                         "values (or scalar)")
+    values = item.get("values", case_value)
+    shape = item.get("shape")
+    if shape is None and values is not None:
+        shape = list(_shape_of(values))
+    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool)
+                                              and s >= 0 for s in shape):
+        raise _err(f"{ipath}.shape", f"required: a list of non-negative ints; got {shape!r}")
+    if values is not None and _shape_of(values) != tuple(shape):
+        raise _err(f"{ipath}.values", f"nested lists of shape {_shape_of(values)} do not "
+                                      f"match shape {shape}")
+    dtype = item.get("dtype", arg.dtype if arg else "float32")
+    if dtype not in DTYPES:
+        raise _err(f"{ipath}.dtype", f"{dtype!r} is not one of {list(DTYPES)} (JAX runs "
+                                     "with x64 disabled)")
+    domain = item.get("domain", arg.domain if arg and arg.dtype == dtype else
+                      ("bool" if dtype == "bool" else "normal"))
+    if "layout" not in item:
+        raise _err(f"{ipath}.layout", "required: a list (one entry per dim), or null for a "
+                                      "plain host array")
+    layout = item["layout"]
+    spec = None if layout is None else parse_layout(layout, f"{ipath}.layout", axis_names, len(shape))
+    return Input("array" if spec is not None else "host", tuple(shape), dtype, spec,
+                 domain, values)
+
+
+def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) -> Case:
+    """One case from its JSON form. Raises ``CaseFileError`` naming the field."""
+    if not isinstance(raw, dict):
+        raise _err(path, f"a case is an object; got {type(raw).__name__}")
+    known = {"id", "op", "mesh", "inputs", "kwargs", "grad", "values", "note"}
+    for key in raw:
+        if key not in known:
+            raise _err(f"{path}.{key}", f"unknown field; a case has {sorted(known)}")
+    cid = raw.get("id")
+    if not isinstance(cid, str) or not cid:
+        raise _err(f"{path}.id", "required: a non-empty string")
+    op = raw.get("op")
+    if not isinstance(op, str) or op not in OPS:
+        raise _err(f"{path}.op", unknown_op(op))
+    mesh_shape, axis_names, axis_types = _parse_mesh(raw.get("mesh"), path, default_mesh)
     inputs_raw = raw.get("inputs")
     if not isinstance(inputs_raw, list) or not inputs_raw:
         raise _err(f"{path}.inputs", "required: a non-empty list of inputs")
@@ -136,43 +183,9 @@ def parse_case(raw: Any, path: str = "case", default_mesh: tuple | None = None) 
                                      f"got {len(inputs_raw)}")
     inputs = []
     for i, item in enumerate(inputs_raw):
-        ipath = f"{path}.inputs[{i}]"
-        if not isinstance(item, dict):
-            raise _err(ipath, "an input is an object with shape, dtype and layout (or scalar)")
-        if "scalar" in item:
-            value = item["scalar"]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise _err(f"{ipath}.scalar", f"a number; got {value!r}")
-            inputs.append(Input("scalar", values=value))
-            continue
-        for key in item:
-            if key not in ("shape", "dtype", "layout", "values", "domain"):
-                raise _err(f"{ipath}.{key}", "unknown field; an input has shape, dtype, layout, "
-                                             "values (or scalar)")
-        values = item.get("values", case_values[i] if case_values else None)
-        shape = item.get("shape")
-        if shape is None and values is not None:
-            shape = list(_shape_of(values))
-        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                  and s >= 0 for s in shape):
-            raise _err(f"{ipath}.shape", f"required: a list of non-negative ints; got {shape!r}")
-        if values is not None and _shape_of(values) != tuple(shape):
-            raise _err(f"{ipath}.values", f"nested lists of shape {_shape_of(values)} do not "
-                                          f"match shape {shape}")
         arg = spec_op.args[i] if i < len(spec_op.args) else None
-        dtype = item.get("dtype", arg.dtype if arg else "float32")
-        if dtype not in DTYPES:
-            raise _err(f"{ipath}.dtype", f"{dtype!r} is not one of {list(DTYPES)} (JAX runs "
-                                         "with x64 disabled)")
-        domain = item.get("domain", arg.domain if arg and arg.dtype == dtype else
-                          ("bool" if dtype == "bool" else "normal"))
-        if "layout" not in item:
-            raise _err(f"{ipath}.layout", "required: a list (one entry per dim), or null for a "
-                                          "plain host array")
-        layout = item["layout"]
-        spec = None if layout is None else parse_layout(layout, f"{ipath}.layout", axis_names, len(shape))
-        inputs.append(Input("array" if spec is not None else "host", tuple(shape), dtype,
-                            spec, domain, values))
+        inputs.append(_parse_input(item, f"{path}.inputs[{i}]", arg,
+                                   case_values[i] if case_values else None, axis_names))
     kwargs = raw.get("kwargs", {})
     if not isinstance(kwargs, dict):
         raise _err(f"{path}.kwargs", f"an object; got {kwargs!r}")

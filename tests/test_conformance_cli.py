@@ -189,6 +189,63 @@ def test_an_unknown_op_flag_suggests_the_closest_name(tmp_path, capsys):
     assert "did you mean softmax" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("says", ["", "a warning from the worker\n"])
+def test_an_opinfo_run_leaves_its_log_only_when_a_worker_wrote_to_it(monkeypatch, tmp_path, says):
+    # `parity run --source opinfo --out R.json` left an empty R.json.log
+    # beside every report (the catalogue runner already removed its own); a
+    # stand-in worker (no subprocess) that writes ``says`` to the log.
+    from conformance.opinfo import runner as opinfo_runner
+
+    class QuietWorker:
+        ops = ["neg"]
+
+        def __init__(self, log):
+            log.write(says)
+            log.flush()
+
+        def send(self, request):
+            self.op = request["op"]
+
+        def read(self, timeout):
+            return {"done": self.op}
+
+        def kill(self):
+            pass
+
+    monkeypatch.setattr(opinfo_runner, "_Worker", QuietWorker)
+    out = tmp_path / "r.json"
+    opinfo_runner.run_opinfo(["neg"], out=out, progress=False)
+    assert out.is_file()
+    log = tmp_path / "r.json.log"
+    if says:
+        assert log.read_text() == says
+    else:
+        assert not log.exists(), "an empty log was left beside the report"
+
+
+def test_an_unknown_opinfo_op_suggests_the_closest_names_and_leaves_nothing(monkeypatch, tmp_path,
+                                                                          capsys):
+    from conformance.opinfo import runner as opinfo_runner
+
+    class Worker:  # a stand-in for the OpInfo worker: its op list only
+        ops = ["cumsum", "cumprod", "neg", "nn.functional.relu"]
+
+        def __init__(self, log):
+            pass
+
+        def kill(self):
+            pass
+
+    monkeypatch.setattr(opinfo_runner, "_Worker", Worker)
+    out = tmp_path / "r.json"
+    assert main(["run", "--backend", "torch", "--source", "opinfo", "--op", "cumsumm",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no float32 OpInfo named 'cumsumm': did you mean cumsum?" in err, err
+    assert len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # no report, no empty journal or log
+
+
 def _verdicts(verdict_ids):
     """A comparison whose cases have the given ids, the reference holding and
     the candidate differing on the ids in ``verdict_ids['differs']``."""

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from conformance.cli import EXIT_DIVERGES, EXIT_NO_DEVICE
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
@@ -133,3 +135,14 @@ def test_the_readme_states_no_measured_figures():
     prose = re.sub(r"^```.*?^```", "", README, flags=re.S | re.M)
     figures = re.findall(r"\b\d[\d,.]*\s?(?:us|µs|ms|s|min|x|%|cases|MB|GB)\b", prose)
     assert not figures, figures
+
+
+def test_the_readme_states_the_exit_codes_the_cli_returns():
+    # issue 22: the README said "0 holds, 1 a case does not hold" while the
+    # suite exited 0 on a diverging parity column; it now names the codes the
+    # CLI returns (conformance/cli.py) for the two cases a script relies on.
+    prose = " ".join(README.split())
+    assert (f"`parity conformance` (so `scripts/conformance.sh`) exits {EXIT_DIVERGES} when a "
+            "parity case is neither `match` nor `both-reject`") in prose
+    assert f"with no GPU visible it exits {EXIT_NO_DEVICE}, writing nothing" in prose
+    assert "`--skip-without-gpu`" in prose

@@ -25,6 +25,7 @@ Report file (``schema: "parity-opinfo/1"``)::
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.metadata
 import json
 import os
@@ -38,6 +39,7 @@ from typing import Any
 from conformance.opinfo.check import CLASSES, COLUMNS, MODES
 from conformance.opinfo.harness import FAST, FULL, op_cases, print_table, summarize
 from conformance.opinfo.samples import MESHES, SHAPE_POLICY, float32_ops, op_key
+from conformance.running.worker_log import WorkerLog
 from conformance.running.worker_process import LineWorker, WorkerGone, exit_with_parent
 
 SCHEMA = "parity-opinfo/1"
@@ -75,8 +77,8 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
     for m in meshes:
         if m not in MESHES:
             raise KeyError(f"unknown mesh {m!r}; OpInfo meshes: {sorted(MESHES)}")
-    log_path = Path(str(out) + ".log") if out else Path(os.devnull)
-    log = open(log_path, "w")
+    worker_log = WorkerLog(out)  # <out>.log, kept only when a worker said something
+    log = worker_log.file
     started = time.monotonic()
     records = _Journal(Path(str(out) + ".partial.jsonl") if out else None)
     interrupted = False
@@ -112,12 +114,15 @@ def run_opinfo(names: Sequence[str] = (), *, full: bool = False,
                       end="", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         interrupted = True
+    except BaseException:
+        records.close(remove=not records)  # an empty journal says nothing: not left behind
+        raise
     finally:
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
         if worker is not None:
             worker.kill()
-        log.close()
+        worker_log.close()
         if progress:
             print(file=sys.stderr)
     summary = summarize(list(records))
@@ -162,11 +167,16 @@ class _Journal(list):
 
 
 def _resolve(available: Sequence[str], names: Sequence[str]) -> list[str]:
+    """The OpInfo keys ``names`` select (a name selects its variants too).
+    Raises ``KeyError`` naming each unknown name with the closest known ones."""
     chosen = [k for k in available if k in names or k.split(".")[0] in names]
     known = set(available) | {k.split(".")[0] for k in available}
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise KeyError(f"no float32 OpInfo named {unknown}")
+        def hint(name: str) -> str:
+            near = difflib.get_close_matches(name, sorted(known), n=3)
+            return f"did you mean {' or '.join(near)}?" if near else "no OpInfo has a close name"
+        raise KeyError("; ".join(f"no float32 OpInfo named {n!r}: {hint(n)}" for n in unknown))
     return chosen
 
 

@@ -33,6 +33,7 @@ from conformance.catalogue import get_op, tolerance
 from conformance.records.entries import CaseEntry, CaseFields, CaseResult
 from conformance.reports.compiled import COLUMN, compile_header
 from conformance.reports.report import ReportWriter, make_header
+from conformance.running.worker_log import WorkerLog
 from conformance.running.worker_process import LineWorker, WorkerGone
 
 READY_TIMEOUT_S = 300.0
@@ -104,8 +105,8 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
     header = make_header(backend, column, device, mode, timeout_s=timeout,
                          case_count=len(cases), **extra)
     writer = ReportWriter(out, header)
-    log_path = Path(str(out) + ".log")  # worker output; removed at the end when empty
-    log = open(log_path, "w")
+    worker_log = WorkerLog(out)
+    log, log_path = worker_log.file, worker_log.path
     started = time.monotonic()
     counts = {"ok": 0, "error": 0}
     interrupted = False
@@ -162,9 +163,7 @@ def run_cases(cases: Sequence[Case], backend: str, out: str | Path, *, raw: bool
         if worker is not None:
             worker.kill()
         bar.stop()
-        log.close()
-        if log_path.stat().st_size == 0:  # the workers said nothing: no empty log left
-            log_path.unlink()
+        worker_log.close()  # removed when the workers said nothing
         seconds = round(time.monotonic() - started, 2)
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # finished workers
         path = writer.close(interrupted=interrupted, seconds=seconds,

@@ -8,7 +8,10 @@ appended as the minor-most name of dim ``axis``).
 Per call, only what depends on the data runs: everything fixed by (the
 input's ``DTensorSpec``, op, axis name, axis) -- the argument checks, the
 process group, the output's ``DTensorSpec`` -- is resolved once into a
-``_Plan`` and cached for the current process group. The result is wrapped
+``_Plan`` and cached for the current runtime generation (a plan holds its
+process group: a new ``simulate()`` block, ``initialize()`` again or a
+process group destroyed and started again empties the caches, so a mesh
+object kept across them never reaches a destroyed group). The result is wrapped
 with DTensor's own constructor and no autograd node (the collectives refuse
 inputs that require grad).
 
@@ -99,8 +102,13 @@ class _Plan:
 
 # Keyed on the torch mesh's identity besides the (value-compared) spec: the
 # meshes of two process groups compare equal, and a plan holds its mesh, so
-# an id is not reused while its plan lives.
+# an id is not reused while its plan lives. Both caches hold the plans of one
+# runtime generation (``_generation``): a torch mesh object may outlive its
+# process groups (a DTensor or a mesh kept across ``simulate()`` blocks, or
+# across ``destroy_process_group`` and a new ``init_process_group``), and a
+# plan built for it then holds the destroyed group.
 _plans: dict[tuple, _Plan] = {}
+_generation: list[object] = [None]  # the runtime generation the caches hold
 _MAX_PLANS = 4096
 # Per collective: id(spec) -> (spec, op, axis name, axis, plan), for the
 # specs seen last, found by identity before ``_plans`` (whose key hashes the
@@ -162,6 +170,16 @@ def _plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
     return plan
 
 
+def _new_generation(now: object) -> None:
+    """Forget the plans of the previous runtime generation (and with them
+    the meshes and process groups they hold)."""
+    with state.lock:
+        _plans.clear()
+        for seen in _by_identity.values():
+            seen.clear()
+        _generation[0] = now
+
+
 def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTensor, _Plan]:
     if type(x) is not DTensor or type(x._local_tensor) is DonatedTensor:
         x = require_dtensor(x, kind)  # raises unless a DTensor (or its Parameter)
@@ -175,6 +193,9 @@ def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTe
             "torch.no_grad() or on x.detach(); for a differentiable reduction use "
             "ops under jax_semantics() (e.g. x.sum(dim) over a sharded dim)."
         )
+    now = state.generation()
+    if now is not _generation[0]:
+        _new_generation(now)
     spec = x._spec
     seen = _by_identity[kind]
     hit = seen.get(id(spec))

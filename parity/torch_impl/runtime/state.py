@@ -18,6 +18,8 @@ import threading
 import torch
 import torch.distributed as dist
 
+from parity.torch_impl.runtime.torch_compat import default_group
+
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
@@ -52,9 +54,11 @@ def current() -> Runtime:
     group destroyed and started again is a new generation. Nothing is stored.
     """
     state = _runtime
-    if state.mode != "plain" or not dist.is_initialized():
+    if state.mode != "plain":
         return state
-    world = dist.group.WORLD
+    world = default_group()
+    if world is None:  # no process group
+        return state
     derived = _user_runtime
     if derived is None or derived[0] is not world:
         derived = (world, Runtime("multiprocess", dist.get_world_size(),

@@ -172,6 +172,16 @@ def default_store():
     return c10d._get_default_store()
 
 
+def default_group():
+    """The default (WORLD) process group, ``None`` before ``init_process_group``
+    and after ``destroy_process_group``: ``dist.group.WORLD`` read from the
+    attribute behind it. Speed: ``runtime.state`` reads it on every
+    collective; torch's property and ``dist.is_initialized()`` are two
+    Python calls more each time (and the collectives' hot path runs no torch
+    Python, ``tests/test_collectives_per_call.py``)."""
+    return c10d._world._default_pg
+
+
 def register_opaque_like_device_mesh(cls: type, extra: tuple[str, ...]) -> None:
     """Let ``torch.compile`` trace ``cls`` (a ``DeviceMesh`` subclass) as it
     traces ``DeviceMesh`` (torch 2.13+: an opaque reference type whose

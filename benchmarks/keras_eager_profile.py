@@ -17,7 +17,7 @@ Per rank, after 3 warm-up steps:
   mode dispatch, parity's collectives), from cProfile;
 * ``python_self_ms``: cProfile's self time per step grouped by where the
   Python lives (parity's Keras glue, parity's mode, parity's other layers,
-  DTensor, the rest of torch, Keras, C calls) -- cProfile slows Python
+  DTensor, the rest of torch, Keras, C calls, the collectives) -- cProfile slows Python
   down, so these are shares, not times;
 * ``top``: the functions with the most self time.
 
@@ -69,7 +69,15 @@ GROUPS = (
 )
 
 
-def _group(file: str) -> str:
+# torch.library's redispatch of the process-group ops (``_c10d_functional``'s
+# all_reduce, all_gather_into_tensor, wait_tensor): their gloo work and the
+# wait for the other rank run inside it, not in a C call cProfile sees
+COLLECTIVE_CALLS = ("torch/_ops.py", "redispatch")
+
+
+def _group(file: str, fn: str) -> str:
+    if file.endswith(COLLECTIVE_CALLS[0]) and fn == COLLECTIVE_CALLS[1]:
+        return "collectives (c10d functional ops, waits included)"
     if file == "~":
         return "C calls (aten kernels, C++ dispatch, gloo)"
     for name, fragment in GROUPS:
@@ -130,7 +138,7 @@ def _cprofile_account(step, n: int, dump: str | None) -> dict:
                     for (cfile, _cline, cfn), caller in by.items():
                         key = _short(cfile.replace(os.sep, "/"), cfn)
                         callers[name][key] = callers[name].get(key, 0.0) + caller[1] / n
-        group = _group(path)
+        group = _group(path, fn)
         groups[group] = groups.get(group, 0.0) + tt * 1e3 / n
         top.append((tt * 1e3 / n, nc / n, _short(path, fn)))
     top.sort(reverse=True)
@@ -184,9 +192,10 @@ def measurement(summary: dict, jax_ms: float) -> dict:
     renders it into benchmarks/README.md): per step, rank 0 and rank 1."""
     import datetime
 
-    from benchmarks.common import provenance
+    from benchmarks.common import machine, provenance
 
     ranks = summary["ranks"]
+    info = machine()
 
     def each(fn):
         return [fn(r) for r in ranks]
@@ -219,7 +228,9 @@ def measurement(summary: dict, jax_ms: float) -> dict:
         "title": "Where the eager Keras step's time goes on 2 gloo ranks",
         "date": prov["date"] or datetime.date.today().isoformat(), "commit": prov["commit"],
         "commit_note": "the commit the profile ran on",
-        "machine": f"this project's 2-core CPU machine, shared; load {summary['load']}",
+        "machine": (f"{info['cpu']}, {info['affinity_cpus']} CPUs, Python {info['python']}, torch "
+                    f"{info['torch']}, jax {info['jax']}, keras {info['keras']}; a machine shared with "
+                    f"other jobs: load {summary['load']} (1, 5, 15 min averages, before -> after)"),
         "command": summary["command"], "source": "this run (benchmarks/keras_eager_profile.py)",
         "text": (f"Keras MLP `mlp:mp` (the parity driver's), mesh (1, 2), global batch 16, Adam, "
                  f"eager `train_on_batch`, per step over {summary['steps']} steps after 3 warm-up "

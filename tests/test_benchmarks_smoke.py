@@ -113,3 +113,21 @@ def test_the_random_rows_measure_every_mode_against_plain_torch():
     for row in rows:
         assert row.family == "random" and row.parity > 0 and row.raw > 0, row
         assert row.note.startswith("vs plain torch "), row
+
+
+def test_collective_launches_count_a_combined_launch_once():
+    from benchmarks.collective_counts import launches
+
+    assert launches({"all-reduce": 3, "all-gather": 2}) == 5
+    assert launches({"all-reduce": {"launches": 2, "operands": 4}}) == 2
+
+
+def test_the_keras_hub_row_says_why_when_keras_hub_is_missing(tmp_path, monkeypatch):
+    from benchmarks import keras_hub_step
+
+    monkeypatch.setattr(keras_hub_step, "OVERLAY", tmp_path / "no-overlay")
+    monkeypatch.setenv("PYTHONPATH", "")
+    (row,) = keras_hub_step.run({})
+    assert row.family == "keras_hub" and row.ratio is None
+    assert row.status.startswith("not available: keras-hub not importable"), row.status
+    assert "scripts/keras_hub.sh" in row.status

@@ -17,19 +17,26 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import Row, human_bytes, human_seconds, machine, provenance, usable_cpus
+from benchmarks.common import Row, human_value, machine, provenance, usable_cpus
 
-FAMILIES = ("collectives", "ops", "memory", "per_call", "keras", "conformance", "cuda")
+FAMILIES = ("collectives", "ops", "memory", "per_call", "random", "first_compile", "gloo_step",
+            "collective_counts", "keras", "keras_hub", "conformance", "cuda")
 
 FULL = {
     "world": 4, "sizes": [4 << 10, 256 << 10, 4 << 20, 64 << 20], "repeats": 5,
     "op_iters": 20, "op_sample_s": 0.02, "op_repeats": 41, "keras_steps": 10, "keras_timeout_s": 240, "conformance_cases": 40,
+    "step_steps": 20, "counts_timeout_s": 600, "hub_steps": 4, "hub_timeout_s": 900,
 }
 QUICK = {
     "world": 2, "sizes": [4 << 10], "repeats": 2, "op_iters": 2, "keras_steps": 2,
-    "keras_timeout_s": 120, "conformance_cases": 4,
+    "keras_timeout_s": 120, "conformance_cases": 4, "step_steps": 3, "counts_timeout_s": 600,
+    "hub_steps": 2, "hub_timeout_s": 900,
 }
-QUICK_SKIPS = ("collectives", "ops", "per_call", "keras", "conformance")
+# families whose rows' notes (baseline, load, the JAX side's set-up) go into
+# the results file's provenance notes, which scripts/measurements.py renders
+NOTED = ("random", "first_compile", "gloo_step", "collective_counts", "keras", "keras_hub")
+QUICK_SKIPS = ("collectives", "ops", "per_call", "random", "first_compile", "gloo_step",
+               "collective_counts", "keras", "keras_hub", "conformance")
 
 
 def _gloo_rows(cfg: dict, families: set[str]) -> list[Row]:
@@ -81,7 +88,25 @@ def collect(cfg: dict, families: set[str], quick: bool, explicit: set[str] = fro
         from benchmarks import per_call
 
         rows += per_call.rows(200 if quick else per_call.CALLS)
-    for name in ("keras", "conformance"):
+    if "random" in families:
+        from benchmarks import random_ops
+
+        rows += random_ops.rows(quick)
+    if families & {"first_compile", "gloo_step"}:
+        from benchmarks import compiled_step
+
+        print(f"first_compile / gloo_step ... ({time.perf_counter() - started:.0f} s so far)", flush=True)
+        rows += compiled_step.rows(cfg, families)
+    if "gloo_step" in families:
+        from benchmarks import keras_compiled_step
+
+        rows += keras_compiled_step.rows(cfg)
+    if "collective_counts" in families:
+        from benchmarks import collective_counts
+
+        print(f"collective_counts ... ({time.perf_counter() - started:.0f} s so far)", flush=True)
+        rows += collective_counts.run(cfg)
+    for name in ("keras", "keras_hub", "conformance"):
         if name not in families:
             continue
         print(f"{name} ... ({time.perf_counter() - started:.0f} s so far)", flush=True)
@@ -89,6 +114,10 @@ def collect(cfg: dict, families: set[str], quick: bool, explicit: set[str] = fro
             from benchmarks import keras_step
 
             rows += keras_step.run(cfg)
+        elif name == "keras_hub":
+            from benchmarks import keras_hub_step
+
+            rows += keras_hub_step.run(cfg)
         else:
             from benchmarks import conformance_rate
 
@@ -98,12 +127,6 @@ def collect(cfg: dict, families: set[str], quick: bool, explicit: set[str] = fro
 
         rows += cuda.run(cfg, quick)
     return rows
-
-
-def _fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return ""
-    return human_bytes(value) if unit == "B" else human_seconds(value)
 
 
 def print_table(rows: list[Row], info: dict, seconds: float) -> None:
@@ -119,7 +142,7 @@ def print_table(rows: list[Row], info: dict, seconds: float) -> None:
         goal = f"<= {r.goal:.2f}x" if r.goal else ""
         verdict = r.verdict if r.status == "ok" else r.status
         style = "red" if verdict.startswith(("missed", "error")) else None
-        table.add_row(r.family, r.case, _fmt(r.parity, r.unit), _fmt(r.raw, r.unit), ratio, goal,
+        table.add_row(r.family, r.case, human_value(r.parity, r.unit), human_value(r.raw, r.unit), ratio, goal,
                       verdict, r.note, style=style)
     Console(width=max(160, Console().width)).print(table)
 
@@ -138,7 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     print_table(rows, info, seconds)
     command = " ".join(["python -m benchmarks", *(argv if argv is not None else sys.argv[1:])])
-    out = {"schema": "parity.benchmarks/1", "provenance": provenance(command), "quick": args.quick,
+    prov = provenance(command)
+    if args.only:
+        prov["only"] = " ".join(args.only)
+    # the baselines and conditions of the step-level rows, for the generated tables
+    prov["notes"] = [f"{r.case}: {r.note}" for r in rows if r.note and r.family in NOTED]
+    out = {"schema": "parity.benchmarks/1", "provenance": prov, "quick": args.quick,
            "machine": info, "config": cfg,
            "seconds": round(seconds, 1), "rows": [r.as_json() for r in rows]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -17,9 +17,9 @@ class Row:
 
     family: str
     case: str
-    parity: float | None = None  # seconds (or bytes, see unit)
+    parity: float | None = None  # seconds (or bytes or a count, see unit)
     raw: float | None = None
-    unit: str = "s"
+    unit: str = "s"  # "s" seconds, "B" bytes, "n" a count (e.g. collective launches)
     goal: float | None = None  # the ratio parity/raw must not exceed
     status: str = "ok"  # ok | not available: ... | skipped: ... | error: ...
     note: str = ""
@@ -156,6 +156,17 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}".replace(".0 ", " ")
         n /= 1024
     return f"{n} B"
+
+
+def human_value(value: float | None, unit: str) -> str:
+    """``value`` in its unit (``Row.unit``: seconds, bytes or a count) for a table cell."""
+    if value is None:
+        return ""
+    if unit == "B":
+        return human_bytes(value)
+    if unit == "n":
+        return f"{value:g}"
+    return human_seconds(value)
 
 
 def human_seconds(s: float) -> str:

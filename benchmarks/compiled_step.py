@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import Row
+
 ROOT = Path(__file__).resolve().parents[1]
 BATCH, FEATURES, HIDDEN, OUT = 64, 256, 512, 16
 LR = 0.1
@@ -180,22 +182,25 @@ class _no_scope:
         return None
 
 
+def measure_first_compile(world: int, backend: str, env: dict) -> dict:
+    """The first compiled call's seconds on ``world`` gloo ranks, parity
+    against plain DTensor (``first_compile_rank``'s record, with the ratios
+    and the load). Raises ``StepRunFailed`` when the ranks fail."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "first.json")
+        _run_ranks(world, ["--role", "first-compile", "--backend", backend, "--out", out], env)
+        res = json.loads(Path(out).read_text())
+    plain, ours = res["plain_fwd_loss"], res["parity_fwd_loss"]
+    return {"world": world, "backend": backend, **res,
+            "parity_over_plain": ours["s"] / plain["s"],
+            "parity_over_plain_cpu": ours["cpu_s"] / plain["cpu_s"], "load": _load()}
+
+
 def first_compile(a, env: dict) -> None:
     """``--first-compile``: print the first compiled call's seconds, parity
     against plain DTensor (issue 24 item 1: goal <= 1.3x)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "first.json")
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                               f"--nproc_per_node={a.world}", "-m", "benchmarks.compiled_step",
-                               "--role", "first-compile", "--backend", a.backend, "--out", out],
-                              env=env, cwd=ROOT, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"torch ranks failed:\n{(proc.stdout + proc.stderr)[-6000:]}")
-        res = json.loads(Path(out).read_text())
-    plain, ours = res["plain_fwd_loss"], res["parity_fwd_loss"]
-    summary = {"world": a.world, "backend": a.backend, **res,
-               "parity_over_plain": ours["s"] / plain["s"],
-               "parity_over_plain_cpu": ours["cpu_s"] / plain["cpu_s"], "load": _load()}
+    summary = measure_first_compile(a.world, a.backend, env)
+    plain, ours = summary["plain_fwd_loss"], summary["parity_fwd_loss"]
     print(json.dumps(summary))
     print(f"first compiled call, MLP {FEATURES}-{HIDDEN}-{OUT}, {a.world} gloo ranks, {a.backend}")
     print(f"  plain DTensor, forward+loss (+ eager backward)  {plain['s']:7.2f} s "
@@ -203,10 +208,28 @@ def first_compile(a, env: dict) -> None:
     print(f"  jax_semantics, forward+loss (+ eager backward)  {ours['s']:7.2f} s "
           f"(CPU {ours['cpu_s']:.2f} s, dynamo {ours['dynamo_s']:.2f} s)  "
           f"{summary['parity_over_plain_cpu']:.2f}x plain (CPU)")
-    whole = res["parity_whole_step"]
+    whole = summary["parity_whole_step"]
     print(f"  jax_semantics, whole step                       {whole['s']:7.2f} s "
           f"(CPU {whole['cpu_s']:.2f} s, dynamo {whole['dynamo_s']:.2f} s)")
     print(f"  load average {summary['load']}")
+
+
+class StepRunFailed(RuntimeError):
+    """The torch ranks or the JAX processes failed; ``output`` is their log tail."""
+
+    def __init__(self, who: str, output: str) -> None:
+        self.who = who
+        self.output = output
+        super().__init__(f"{who} failed:\n{output}")
+
+
+def _run_ranks(world: int, args: list[str], env: dict) -> None:
+    """This module on ``world`` gloo ranks (torchrun) with ``args``."""
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc_per_node={world}", "-m", "benchmarks.compiled_step", *args],
+                          env=env, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StepRunFailed("torch ranks", (proc.stdout + proc.stderr)[-6000:])
 
 
 def jax_child(world: int, steps: int, warmup: int) -> dict:
@@ -274,7 +297,7 @@ def jax_process(steps: int, warmup: int, world: int, process_id: int, port: int,
         Path(out).write_text(json.dumps(result))
 
 
-def _jax_processes(a, env: dict, tmp: str) -> dict:
+def _jax_processes(world: int, steps: int, warmup: int, env: dict, tmp: str) -> dict:
     import socket
 
     with socket.socket() as sock:
@@ -282,16 +305,87 @@ def _jax_processes(a, env: dict, tmp: str) -> dict:
         port = sock.getsockname()[1]
     out = str(Path(tmp) / "jax.json")
     procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.compiled_step", "--role",
-                               "jax-process", "--world", str(a.world), "--process-id", str(i),
-                               "--port", str(port), "--steps", str(a.steps), "--warmup",
-                               str(a.warmup), "--out", out],
+                               "jax-process", "--world", str(world), "--process-id", str(i),
+                               "--port", str(port), "--steps", str(steps), "--warmup",
+                               str(warmup), "--out", out],
                               env=env, cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
-             for i in range(a.world)]
+             for i in range(world)]
     logs = [proc.communicate()[0] for proc in procs]
     if any(proc.returncode for proc in procs):
-        raise SystemExit("JAX processes failed:\n" + "\n".join(log[-3000:] for log in logs))
+        raise StepRunFailed("JAX processes", "\n".join(log[-3000:] for log in logs))
     return json.loads(Path(out).read_text())
+
+
+def measure_steps(world: int, steps: int, warmup: int, backend: str, env: dict) -> dict:
+    """Median eager and compiled step on ``world`` gloo ranks, ``jax.jit`` on
+    ``world`` JAX processes over gloo and on ``world`` devices of one
+    process, one after the other (never side by side), with the ratios and
+    the load. Raises ``StepRunFailed`` when a side fails."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "torch.json")
+        _run_ranks(world, ["--role", "torch", "--steps", str(steps), "--warmup", str(warmup),
+                           "--backend", backend, "--out", out], env)
+        torch_res = json.loads(Path(out).read_text())
+        jax_mp = _jax_processes(world, steps, warmup, env, tmp)
+    jax_proc = subprocess.run([sys.executable, "-m", "benchmarks.compiled_step", "--role", "jax",
+                               "--world", str(world), "--steps", str(steps),
+                               "--warmup", str(warmup)],
+                              env=env, cwd=ROOT, capture_output=True, text=True)
+    if jax_proc.returncode != 0:
+        raise StepRunFailed("JAX process", jax_proc.stderr[-3000:])
+    jax_res = json.loads(jax_proc.stdout.strip().splitlines()[-1])
+    eager, compiled, jitted = (torch_res["eager"]["step_s"], torch_res["compiled"]["step_s"],
+                               jax_res["step_s"])
+    return {"world": world, "backend": backend, "eager_s": eager, "compiled_s": compiled,
+            "jax_jit_s": jitted, "compiled_over_eager": compiled / eager,
+            "compiled_over_jax": compiled / jitted, "eager_over_jax": eager / jitted,
+            "compile_first_call_s": torch_res["compiled"]["first_call_s"],
+            "jax_jit_gloo_processes_s": jax_mp["step_s"],
+            "compiled_over_jax_gloo_processes": compiled / jax_mp["step_s"],
+            "load": _load()}
+
+
+# issue 24's goals: first compile <= 1.3x plain DTensor's; on gloo ranks the
+# eager step <= 1.5x JAX jit on gloo processes, the compiled step <= 1.0x
+FIRST_COMPILE_GOAL, EAGER_GOAL, COMPILED_GOAL = 1.3, 1.5, 1.0
+
+
+def rows(cfg: dict, families: set[str]) -> list[Row]:
+    """``first_compile`` and ``gloo_step`` rows of ``python -m benchmarks``
+    (2 gloo ranks, ``aot_eager``); a side that fails is an error row."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    world, backend, model = 2, "aot_eager", f"TP MLP {FEATURES}-{HIDDEN}-{OUT}, batch {BATCH}"
+    out = []
+    if "first_compile" in families:
+        case = (f"first compiled call, {model} forward+loss (+ eager backward), {world} gloo "
+                f"ranks, {backend}: jax_semantics vs plain DTensor (CPU s)")
+        try:
+            s = measure_first_compile(world, backend, env)
+            ours, plain, whole = s["parity_fwd_loss"], s["plain_fwd_loss"], s["parity_whole_step"]
+            out.append(Row("first_compile", case, ours["cpu_s"], plain["cpu_s"], goal=FIRST_COMPILE_GOAL,
+                           note=f"wall {ours['s']:.2f} s vs {plain['s']:.2f} s; dynamo tracing "
+                                f"{ours['dynamo_s']:.2f} s vs {plain['dynamo_s']:.2f} s; parity's "
+                                f"whole step (backward inside) {whole['s']:.2f} s; load {s['load']}"))
+        except StepRunFailed as err:
+            out.append(Row("first_compile", case, status=f"error: {err}"[:300]))
+    if "gloo_step" in families:
+        steps = cfg.get("step_steps", 20)
+        try:
+            s = measure_steps(world, steps, 3, backend, env)
+            note = (f"JAX jit on {world} processes over gloo; median of {steps} steps, rank 0; "
+                    f"JAX in one process {s['jax_jit_s'] * 1e3:.2f} ms; load {s['load']}")
+            out.append(Row("gloo_step", f"{model} eager step, {world} gloo ranks vs JAX jit on "
+                           f"{world} gloo processes", s["eager_s"], s["jax_jit_gloo_processes_s"],
+                           goal=EAGER_GOAL, note=note))
+            out.append(Row("gloo_step", f"{model} compiled step ({backend}), {world} gloo ranks vs "
+                           f"JAX jit on {world} gloo processes", s["compiled_s"],
+                           s["jax_jit_gloo_processes_s"], goal=COMPILED_GOAL,
+                           note=note + f"; first compiled call {s['compile_first_call_s']:.1f} s"))
+        except StepRunFailed as err:
+            out.append(Row("gloo_step", f"{model} step, {world} gloo ranks", status=f"error: {err}"[:300]))
+    return out
 
 
 def main() -> None:
@@ -319,38 +413,15 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     if a.first_compile:
         return first_compile(a, env)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "torch.json")
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                               f"--nproc_per_node={a.world}", "-m", "benchmarks.compiled_step",
-                               "--role", "torch", "--steps", str(a.steps), "--warmup",
-                               str(a.warmup), "--backend", a.backend, "--out", out],
-                              env=env, cwd=ROOT, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"torch ranks failed:\n{(proc.stdout + proc.stderr)[-6000:]}")
-        torch_res = json.loads(Path(out).read_text())
-        jax_mp = _jax_processes(a, env, tmp)
-    jax_proc = subprocess.run([sys.executable, "-m", "benchmarks.compiled_step", "--role", "jax",
-                               "--world", str(a.world), "--steps", str(a.steps),
-                               "--warmup", str(a.warmup)],
-                              env=env, check=True, cwd=ROOT, capture_output=True, text=True)
-    jax_res = json.loads(jax_proc.stdout.strip().splitlines()[-1])
-    eager, compiled, jitted = (torch_res["eager"]["step_s"], torch_res["compiled"]["step_s"],
-                               jax_res["step_s"])
-    summary = {"world": a.world, "backend": a.backend, "eager_s": eager, "compiled_s": compiled,
-               "jax_jit_s": jitted, "compiled_over_eager": compiled / eager,
-               "compiled_over_jax": compiled / jitted, "eager_over_jax": eager / jitted,
-               "compile_first_call_s": torch_res["compiled"]["first_call_s"],
-               "jax_jit_gloo_processes_s": jax_mp["step_s"],
-               "compiled_over_jax_gloo_processes": compiled / jax_mp["step_s"],
-               "load": _load()}
+    summary = measure_steps(a.world, a.steps, a.warmup, a.backend, env)
+    eager, compiled, jitted = summary["eager_s"], summary["compiled_s"], summary["jax_jit_s"]
     print(json.dumps(summary))
     print(f"MLP {FEATURES}-{HIDDEN}-{OUT}, batch {BATCH}, {a.world} gloo ranks / CPU devices")
     print(f"  parity eager     {eager * 1e3:8.2f} ms")
     print(f"  parity compiled  {compiled * 1e3:8.2f} ms  ({compiled / eager:.2f}x eager, "
           f"{compiled / jitted:.2f}x JAX)   first call {summary['compile_first_call_s']:.1f} s")
     print(f"  JAX jit          {jitted * 1e3:8.2f} ms  ({a.world} devices in one process)")
-    print(f"  JAX jit          {jax_mp['step_s'] * 1e3:8.2f} ms  ({a.world} processes, gloo; "
+    print(f"  JAX jit          {summary['jax_jit_gloo_processes_s'] * 1e3:8.2f} ms  ({a.world} processes, gloo; "
           f"compiled is {summary['compiled_over_jax_gloo_processes']:.2f}x this)")
     print(f"  load average {summary['load']}")
 

@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from benchmarks.common import Row
+
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER_DIR = ROOT / "tests" / "keras_support"
 WORLD = 2
@@ -296,13 +298,102 @@ def _run_jax_processes(a, extra: list[str], env: dict) -> dict:
                  for i in range(WORLD)]
         logs = [proc.communicate()[0] for proc in procs]
         if any(proc.returncode for proc in procs):
-            raise SystemExit("JAX processes failed:\n" + "\n".join(log[-3000:] for log in logs))
+            raise KerasStepFailed("JAX processes", "\n".join(log[-3000:] for log in logs))
         return json.loads(Path(out).read_text())
 
 
 def _uptime() -> str:
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
+
+
+class KerasStepFailed(RuntimeError):
+    """The torch ranks or a JAX side failed; ``output`` is the log tail."""
+
+    def __init__(self, who: str, output: str) -> None:
+        self.who = who
+        self.output = output
+        super().__init__(f"{who} failed:\n{output}")
+
+
+def measure(models: list[str], steps: int, warmup: int, backend: str, profile: bool = False,
+            output_layouts: bool = True) -> list[dict]:
+    """Per model, the median eager and compiled ``train_on_batch`` on
+    ``WORLD`` gloo ranks, JAX's jitted step in one process and on ``WORLD``
+    gloo processes, their ratios, losses and the load; one after the other,
+    never side by side. Raises ``KerasStepFailed`` when a side fails."""
+    extra = [] if output_layouts else ["--no-output-layouts"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    load_before = _uptime()
+    a = SimpleNamespace(models=",".join(models), steps=steps, warmup=warmup)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "torch.json")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={WORLD}", "-m", "benchmarks.keras_compiled_step",
+               "--role", "torch", "--models", a.models, "--steps", str(a.steps),
+               "--warmup", str(a.warmup), "--backend", backend, "--out", out, *extra]
+        if profile:
+            cmd.append("--profile")
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise KerasStepFailed("torch ranks", (proc.stdout + proc.stderr)[-6000:])
+        torch_res = json.loads(Path(out).read_text())
+    jax_proc = subprocess.run([sys.executable, "-m", "benchmarks.keras_compiled_step",
+                               "--role", "jax", "--models", a.models, "--steps", str(a.steps),
+                               "--warmup", str(a.warmup), *extra],
+                              env=env, cwd=ROOT, capture_output=True, text=True)
+    if jax_proc.returncode != 0:
+        raise KerasStepFailed("JAX child", jax_proc.stderr[-6000:])
+    jax_res = json.loads(jax_proc.stdout.strip().splitlines()[-1])
+    jax_mp = _run_jax_processes(a, extra, env)
+    load_after = _uptime()
+    rows = []
+    for model in models:
+        eager, compiled = torch_res[model]["eager"], torch_res[model]["compiled"]
+        jitted, jitted_mp = jax_res[model], jax_mp[model]
+        summary = {"model": model, "world": WORLD, "backend": backend,
+                   "output_layouts": output_layouts,
+                   "eager_s": eager["step_s"], "compiled_s": compiled["step_s"],
+                   "jax_jit_s": jitted["step_s"],
+                   "compiled_over_eager": compiled["step_s"] / eager["step_s"],
+                   "compiled_over_jax": compiled["step_s"] / jitted["step_s"],
+                   "eager_over_jax": eager["step_s"] / jitted["step_s"],
+                   "jax_jit_gloo_processes_s": jitted_mp["step_s"],
+                   "compiled_over_jax_gloo_processes": compiled["step_s"] / jitted_mp["step_s"],
+                   "compile_first_call_s": compiled["first_call_s"],
+                   "losses": {"eager": eager["loss"], "compiled": compiled["loss"],
+                              "jax": jitted["loss"], "jax_gloo_processes": jitted_mp["loss"]},
+                   "load_before": load_before, "load_after": load_after}
+        if "profile" in torch_res[model]:
+            summary["profile"] = torch_res[model]["profile"]
+        rows.append(summary)
+    return rows
+
+
+# issue 24 item 2's goals on gloo ranks: eager <= 1.5x JAX jit on gloo
+# processes, compiled <= 1.0x
+EAGER_GOAL, COMPILED_GOAL = 1.5, 1.0
+
+
+def rows(cfg: dict) -> list[Row]:
+    """``gloo_step`` rows of ``python -m benchmarks``: the Keras MLP's eager
+    and compiled (Keras's default ``inductor``) step against JAX's jitted
+    step on 2 gloo processes; a failed side is an error row."""
+    case = f"Keras MLP (mlp:mp) train_on_batch, mesh (1, 2), global batch {GLOBAL_BATCH}"
+    steps = cfg.get("step_steps", 20)
+    try:
+        (s,) = measure(["mlp"], steps, 3, "inductor")
+    except KerasStepFailed as err:
+        return [Row("gloo_step", case, status=f"error: {err}"[:300])]
+    note = (f"JAX jit on {WORLD} processes over gloo; median of {steps} steps, rank 0; JAX in one "
+            f"process {s['jax_jit_s'] * 1e3:.2f} ms; losses {s['losses']}; load "
+            f"{s['load_before']} -> {s['load_after']}")
+    return [Row("gloo_step", f"{case}, eager, {WORLD} gloo ranks vs JAX jit on {WORLD} gloo processes",
+                s["eager_s"], s["jax_jit_gloo_processes_s"], goal=EAGER_GOAL, note=note),
+            Row("gloo_step", f"{case}, compiled (inductor), {WORLD} gloo ranks vs JAX jit on {WORLD} "
+                             "gloo processes", s["compiled_s"], s["jax_jit_gloo_processes_s"],
+                goal=COMPILED_GOAL, note=note + f"; first compiled call {s['compile_first_call_s']:.1f} s")]
 
 
 def main() -> None:
@@ -328,51 +419,11 @@ def main() -> None:
     if a.role == "jax-process":
         return jax_process(models, a.steps, a.warmup, not a.no_output_layouts, a.process_id,
                            a.port, a.out)
-    extra = ["--no-output-layouts"] if a.no_output_layouts else []
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     load_before = _uptime()
-    with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "torch.json")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={WORLD}", "-m", "benchmarks.keras_compiled_step",
-               "--role", "torch", "--models", a.models, "--steps", str(a.steps),
-               "--warmup", str(a.warmup), "--backend", a.backend, "--out", out, *extra]
-        if a.profile:
-            cmd.append("--profile")
-        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"torch ranks failed:\n{(proc.stdout + proc.stderr)[-6000:]}")
-        torch_res = json.loads(Path(out).read_text())
-    jax_proc = subprocess.run([sys.executable, "-m", "benchmarks.keras_compiled_step",
-                               "--role", "jax", "--models", a.models, "--steps", str(a.steps),
-                               "--warmup", str(a.warmup), *extra],
-                              env=env, cwd=ROOT, capture_output=True, text=True)
-    if jax_proc.returncode != 0:
-        raise SystemExit(f"JAX child failed:\n{jax_proc.stderr[-6000:]}")
-    jax_res = json.loads(jax_proc.stdout.strip().splitlines()[-1])
-    jax_mp = _run_jax_processes(a, extra, env)
+    rows = measure(models, a.steps, a.warmup, a.backend, a.profile, not a.no_output_layouts)
     load_after = _uptime()
-    rows = []
-    for model in models:
-        eager, compiled = torch_res[model]["eager"], torch_res[model]["compiled"]
-        jitted, jitted_mp = jax_res[model], jax_mp[model]
-        summary = {"model": model, "world": WORLD, "backend": a.backend,
-                   "output_layouts": not a.no_output_layouts,
-                   "eager_s": eager["step_s"], "compiled_s": compiled["step_s"],
-                   "jax_jit_s": jitted["step_s"],
-                   "compiled_over_eager": compiled["step_s"] / eager["step_s"],
-                   "compiled_over_jax": compiled["step_s"] / jitted["step_s"],
-                   "eager_over_jax": eager["step_s"] / jitted["step_s"],
-                   "jax_jit_gloo_processes_s": jitted_mp["step_s"],
-                   "compiled_over_jax_gloo_processes": compiled["step_s"] / jitted_mp["step_s"],
-                   "compile_first_call_s": compiled["first_call_s"],
-                   "losses": {"eager": eager["loss"], "compiled": compiled["loss"],
-                              "jax": jitted["loss"], "jax_gloo_processes": jitted_mp["loss"]},
-                   "load_before": load_before, "load_after": load_after}
-        if "profile" in torch_res[model]:
-            summary["profile"] = torch_res[model]["profile"]
+    for summary in rows:
         print(json.dumps(summary))
-        rows.append(summary)
     print(f"Keras ModelParallel train_on_batch, {WORLD} gloo ranks vs {WORLD} CPU devices, "
           f"mesh (1, 2), global batch {GLOBAL_BATCH}, backend {a.backend}, "
           f"{'without' if a.no_output_layouts else 'with'} output layouts, "

@@ -56,3 +56,78 @@ def test_the_mode_floor_prototype_measures_every_stand_in():
     for row in rows.values():
         measured = row["parity_s"] is not None and row["parity_s"] > 0 and row["raw_s"] > 0
         assert measured or row["note"].startswith("not available: "), row
+
+
+def test_a_count_row_renders_as_a_count_on_the_table_and_the_page():
+    import importlib.util
+
+    from benchmarks.common import Row, human_value
+
+    row = Row("collective_counts", "step", 3, 2, unit="n", goal=1.0)
+    assert human_value(row.parity, row.unit) == "3" and row.verdict == "missed by 50.0%"
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("measurements_for_smoke", root / "scripts" / "measurements.py")
+    measurements = importlib.util.module_from_spec(spec)
+    sys.modules["measurements_for_smoke"] = measurements
+    spec.loader.exec_module(measurements)
+    assert measurements._human(3, "n") == "3" and measurements._human(0.003, "s") == "3.00 ms"
+
+
+def test_the_eager_profile_account_is_a_results_file_the_generator_accepts(tmp_path):
+    import importlib.util
+
+    from benchmarks import keras_eager_profile as kep
+
+    def rank(r):
+        return {"rank": r, "wall_ms": 80.0 + r,
+                "profiler": {"aten_self_ms": 10.0, "collectives_self_ms": 5.0, "other_self_ms": 60.0,
+                             "aten_ops": 813.0, "collectives_per_step": {"c10d::allreduce_": 1.0}},
+                "calls": {name: 2.0 for name in kep.COUNTED},
+                "cumulative_ms": {name: 1.5 for name in kep.COUNTED},
+                "callers": {name: {"collectives/x.py:f": 2.0} for name in kep.BY_CALLER},
+                "python_self_ms": {"keras": 3.0, "DTensor (torch/distributed/tensor)": 4.0}}
+
+    summary = {"steps": 10, "load": "1.0 -> 1.2", "command": "python -m benchmarks.keras_eager_profile",
+               "ranks": [rank(0), rank(1)]}
+    path = tmp_path / "bench-eager-profile.json"
+    path.write_text(json.dumps(kep.measurement(summary, 40.0)))
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("measurements_for_profile", root / "scripts" / "measurements.py")
+    measurements = importlib.util.module_from_spec(spec)
+    sys.modules["measurements_for_profile"] = measurements
+    spec.loader.exec_module(measurements)
+    table = measurements.load_measurement(path)
+    assert table.page == "benchmarks/README.md" and table.columns == ("per step", "rank 0", "rank 1")
+    cells = {row[0]: row[1:] for row in table.rows}
+    assert cells["step wall time, unprofiled median"] == ("80.0 ms", "81.0 ms")
+    assert cells["DTensor.redistribute: by caller"] == ("2 from collectives/x.py:f",) * 2
+    assert cells["JAX jit of the same step on 2 gloo processes (rank 0)"] == ("40.0 ms", "-")
+
+
+def test_the_random_rows_measure_every_mode_against_plain_torch():
+    from benchmarks import random_ops
+
+    rows = random_ops.rows(quick=True)
+    modes = {mode for row in rows for mode in ("invariant", "counter", "per_rank") if f"'{mode}'" in row.case}
+    assert modes == {"invariant", "counter", "per_rank"} and len(rows) == 6
+    for row in rows:
+        assert row.family == "random" and row.parity > 0 and row.raw > 0, row
+        assert row.note.startswith("vs plain torch "), row
+
+
+def test_collective_launches_count_a_combined_launch_once():
+    from benchmarks.collective_counts import launches
+
+    assert launches({"all-reduce": 3, "all-gather": 2}) == 5
+    assert launches({"all-reduce": {"launches": 2, "operands": 4}}) == 2
+
+
+def test_the_keras_hub_row_says_why_when_keras_hub_is_missing(tmp_path, monkeypatch):
+    from benchmarks import keras_hub_step
+
+    monkeypatch.setattr(keras_hub_step, "OVERLAY", tmp_path / "no-overlay")
+    monkeypatch.setenv("PYTHONPATH", "")
+    (row,) = keras_hub_step.run({})
+    assert row.family == "keras_hub" and row.ratio is None
+    assert row.status.startswith("not available: keras-hub not importable"), row.status
+    assert "scripts/keras_hub.sh" in row.status

@@ -90,9 +90,11 @@ def _explicit() -> list[Op]:
        f"B.reshard(B.reshard(a * 1.0, {UM}) + B.reshard(b * 1.0, {UM}), P(*target))", (F32, F32),
        ((8, 16), (8, 16)), ((DM, DR), (RR, DM)), variants=({"target": list(DM)},),
        doc=f"two values resharded to {UM}, added (still unreduced), resharded to kwargs.target")
-    op("explicit_unreduced_sum", f"B.reshard(B.reshard(a * 1.0, {UM}).sum(1), P(*target))",
-       (F32,), ((8, 16),), ((DM,), (RM,)), tol="reduction", variants=({"target": ["data"]},),
-       doc=f"sum over dim 1 of a value unreduced over 'model' ({UM}) stays unreduced")
+    op("explicit_unreduced_sum", f"B.reshard(B.reshard(a * 1.0, {UM}).sum(dim), P(*target))",
+       (F32,), ((8, 16),), ((DM,), (RM,)), tol="reduction",
+       variants=({"dim": 1, "target": ["data"]}, {"dim": 0, "target": [None]}),
+       doc=f"sum over kwargs.dim of a value unreduced over 'model' ({UM}) stays unreduced "
+           "(over dim 0, sharded over 'data', the sum over 'data' is completed)")
     op("explicit_unreduced_refused", f"B.reshard(a * 1.0, {UM}) * 2.0", (F32,), ((8, 16),),
        ((DM,),), doc=f"a value unreduced over 'model' times a scalar: JAX's ShardingTypeError "
                      "(mul needs both sides reduced alike)")

@@ -77,7 +77,7 @@ class _Retype(torch.autograd.Function):
     def forward(ctx, x: DTensor, placements: tuple, scale: float) -> DTensor:
         ctx.placements = tuple(x.placements)
         with torch._C.DisableTorchFunction():
-            local = x._local_tensor
+            local = x.to_local()
             if scale != 1.0:
                 local = local * scale
             return DTensor.from_local(local, x.device_mesh, placements, run_check=False,

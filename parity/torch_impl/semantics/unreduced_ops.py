@@ -61,9 +61,6 @@ def typed(x: DTensor, axes: tuple[str, ...], op: str) -> DTensor:
     completed first, each of ``axes`` must hold one. Raises
     ``ShardingTypeError`` where DTensor reduced one of ``axes`` on the way."""
     names = mesh_axis_names(x.device_mesh)
-    if any(isinstance(p, Partial) and n not in axes for n, p in zip(names, x.placements)):
-        x = x.redistribute(x.device_mesh, [Replicate() if isinstance(p, Partial) and n not in axes
-                                           else p for n, p in zip(names, x.placements)])
     placements = []
     for n, p in zip(names, x.placements):
         if n in axes:
@@ -75,7 +72,15 @@ def typed(x: DTensor, axes: tuple[str, ...], op: str) -> DTensor:
             placements.append(Unreduced())
         else:
             placements.append(p)
-    return retype(x, tuple(placements))
+    out = retype(x, tuple(placements))
+    # Typed first, then the other pending sums completed (the Unreduced dims
+    # stay as they are): under torch.compile the other order leaves a
+    # constant in AOTAutograd's graph.
+    if any(isinstance(p, Partial) and type(p) is not Unreduced for p in out.placements):
+        out = out.redistribute(out.device_mesh, [
+            Replicate() if isinstance(p, Partial) and type(p) is not Unreduced else p
+            for p in out.placements])
+    return out
 
 
 def _refuse(op: str, message: str) -> None:

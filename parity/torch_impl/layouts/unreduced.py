@@ -89,7 +89,9 @@ class _Retype(torch.autograd.Function):
 
 
 def retype(x: DTensor, placements: tuple, scale: float = 1.0) -> DTensor:
-    """``x``'s blocks (times ``scale``) as a DTensor with ``placements``
-    (differentiable: the gradient is the output's, completed and laid out
-    as ``x``)."""
+    """``x``'s blocks (times ``scale``) as a DTensor with ``placements``,
+    for a change that keeps the global value (``Partial`` <-> ``Unreduced``,
+    or a replicated value split into ``n`` terms of ``x / n``).
+    Differentiable: the gradient is the output's, completed and laid out as
+    ``x``."""
     return _Retype.apply(x, tuple(placements), float(scale))

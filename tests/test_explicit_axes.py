@@ -336,3 +336,12 @@ def test_unreduced_values_as_jax(sim8):
     assert [str(ti.typeof(g)) for g in (tx.grad, tw.grad)] == [str(jax.typeof(g)) for g in j_grads]
     np.testing.assert_allclose(ti.to_numpy(tx.grad), np.asarray(j_grads[0]), rtol=1e-5)
     np.testing.assert_allclose(ti.to_numpy(tw.grad), np.asarray(j_grads[1]), rtol=1e-5)
+
+
+def test_shard_map_refuses_unreduced_specs(sim8):
+    """A ``shard_map`` spec with ``unreduced=`` is refused, never dropped."""
+    with ti.set_mesh(torch_mesh()), ti.jax_semantics():
+        x = ti.device_put(DATA, P("data", "model"))
+        with pytest.raises(parity.UnsupportedOpError, match="unreduced"):
+            ti.shard_map(lambda b: b, in_specs=P("data", None, unreduced={"model"}),
+                         out_specs=P("data", "model"))(x)

@@ -10,6 +10,7 @@ shape and, on ``Explicit`` mesh axes, sharding, printed as JAX prints
 | ``P(("data", "model"), None)``          | ``float32[8@(data,model),8]``  |
 | a shard_map block varying over ``data`` | ``float32[4,2]{V:data}``       |
 | ... over ``data`` and ``model``         | ``float32[4,2]{V:(data,model)}``|
+| a pending sum over ``model`` (unreduced)| ``float32[8@data,8]{U:model}`` |
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from parity.mesh import DeviceMesh
 @dataclasses.dataclass(frozen=True)
 class ArrayType:
     """``dtype`` (JAX's name: ``"float32"``), ``shape``, ``spec`` (only the
-    ``Explicit`` axes, one tuple per dim) and ``varying`` (the manual axes a
-    ``shard_map`` value varies along, in mesh order)."""
+    ``Explicit`` axes, one tuple per dim), ``varying`` (the manual axes a
+    ``shard_map`` value varies along, in mesh order) and ``unreduced`` (the
+    axes it is a pending sum over, in mesh order)."""
 
     dtype: str
     shape: tuple[int, ...]
     spec: Spec
     varying: tuple[str, ...] = ()
+    unreduced: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         dims = []
@@ -42,19 +45,22 @@ class ArrayType:
             else:
                 dims.append(f"{size}@({','.join(names)})")
         out = f"{self.dtype}[{','.join(dims)}]"
-        if self.varying:
-            names = self.varying[0] if len(self.varying) == 1 else f"({','.join(self.varying)})"
-            out += f"{{V:{names}}}"
+        for letter, axes in (("V", self.varying), ("U", self.unreduced)):
+            if axes:
+                names = axes[0] if len(axes) == 1 else f"({','.join(axes)})"
+                out += f"{{{letter}:{names}}}"
         return out
 
 
 def array_type(dtype: str, shape: tuple[int, ...], spec: Spec, mesh: DeviceMesh | None,
-               varying: tuple[str, ...] = ()) -> ArrayType:
+               varying: tuple[str, ...] = (), unreduced: tuple[str, ...] = ()) -> ArrayType:
     """The type of an array of ``dtype`` and global ``shape`` laid out as
     ``spec`` on ``mesh``: the spec keeps only the mesh's ``Explicit`` axes
-    (JAX's types name no Auto axis); ``varying`` is put in mesh order."""
+    (JAX's types name no Auto axis); ``varying`` and ``unreduced`` are put
+    in mesh order."""
     explicit = set(mesh.axes_of_type(AxisType.Explicit)) if mesh is not None else set()
     kept = tuple(tuple(n for n in names if n in explicit) for names in spec)
-    order = mesh.axis_names if mesh is not None else tuple(varying)
+    order = mesh.axis_names if mesh is not None else tuple(varying) + tuple(unreduced)
     return ArrayType(dtype, tuple(int(s) for s in shape), kept,
-                     tuple(n for n in order if n in set(varying)))
+                     tuple(n for n in order if n in set(varying)),
+                     tuple(n for n in order if n in set(unreduced)))

@@ -67,8 +67,16 @@ def test_partition_spec_pads_and_refuses_what_it_cannot_do():
         P("data", "data")
     with pytest.raises(parity.LayoutError, match="rank 1"):
         P("data", None).spec_for(1)
-    with pytest.raises(parity.UnsupportedOpError, match="unreduced"):
-        P("data", unreduced={"model"})
+    with pytest.raises(parity.UnsupportedOpError, match="reduced"):
+        P("data", reduced={"model"})
+    with pytest.raises(parity.LayoutError, match="cannot overlap"):
+        P("model", unreduced={"model"})
+    with pytest.raises(parity.LayoutError, match="set of mesh axis names"):
+        P("data", unreduced="model")
+    spec = P("data", None, unreduced={"model"})
+    assert repr(spec) == repr(jax.sharding.PartitionSpec("data", None, unreduced={"model"}))
+    assert spec != P("data", None) and spec.without_unreduced() == P("data", None)
+    assert spec.unreduced == frozenset({"model"})
 
 
 def test_set_mesh_is_per_thread_and_nests():
@@ -279,3 +287,61 @@ def test_out_sharding_types_the_contraction_jax_refuses_bare(sim8):
     np.testing.assert_allclose(ti.to_numpy(ours), np.asarray(theirs), rtol=1e-6)
     with pytest.raises(parity.LayoutError, match="ambient mesh"):
         ti.einsum("ij,jk->ik", torch.ones(2, 2), torch.ones(2, 2), out_sharding=P())
+
+
+def test_unreduced_values_as_jax(sim8):
+    """``P(..., unreduced=)``: a contraction whose sum stays pending
+    (``out_sharding``), reshard into and out of unreduced, the linear ops
+    that keep it and the ops JAX refuses on it -- ``typeof`` strings, values
+    and gradients' types equal to JAX's on both backends."""
+    x_host, w_host = DATA, (DATA.T / 10).copy()
+    um = P("data", None, unreduced={"model"})
+
+    def program(B, x, w):
+        y = B.matmul(x, w, out_sharding=um)
+        z = B.reshard(x * 1.0, um)
+        types = [B.typeof(y), B.typeof(y + y), B.typeof(z), B.typeof(z.sum(1)),
+                 B.typeof(B.reshard(z, P(None, None, unreduced={"model"})))]
+        return [str(t) for t in types], B.reshard(y + y, P("data", None)), B.reshard(z, P())
+
+    with jax_ref.set_mesh(jax_mesh()):
+        jx = jax_ref.device_put(x_host, P("data", "model"))
+        jw = jax_ref.device_put(w_host, P("model", None))
+        j_types, j_out, j_back = program(jax_ref, jx, jw)
+        j_grads = jax.grad(lambda x, w: jnp.sum(program(jax_ref, x, w)[1]), argnums=(0, 1))(jx, jw)
+        jy = jax_ref.reshard(jx, um)
+        for refused in (lambda: jy * 2.0, lambda: jy + jx, lambda: jy @ jw):
+            with pytest.raises(JaxShardingTypeError):
+                refused()
+        with pytest.raises(JaxShardingTypeError, match="unreduced axes should be equal"):
+            jax_ref.matmul(jx, jw, out_sharding=P(None, None, unreduced={"data"}))
+    with ti.set_mesh(torch_mesh()), ti.jax_semantics():
+        tx = ti.device_put(x_host, P("data", "model")).requires_grad_(True)
+        tw = ti.device_put(w_host, P("model", None)).requires_grad_(True)
+        t_types, t_out, t_back = program(ti, tx, tw)
+        t_out.sum().backward()
+        ty = ti.reshard(tx, um)
+        for refused in (lambda: ty * 2.0, lambda: ty + tx, lambda: ty @ tw, lambda: torch.sin(ty)):
+            with pytest.raises(parity.ShardingTypeError, match="reshard"):
+                refused()
+        with pytest.raises(parity.ShardingTypeError, match="unreduced axes should be equal"):
+            ti.matmul(tx, tw, out_sharding=P(None, None, unreduced={"data"}))
+        with pytest.raises(parity.UnsupportedOpError, match="unreduced"):
+            ti.with_sharding_constraint(ty, P("data", None))
+    assert t_types == j_types == [
+        "float32[8@data,8]{U:model}", "float32[8@data,8]{U:model}",
+        "float32[8@data,8]{U:model}", "float32[8@data]{U:model}", "float32[8,8]{U:model}"]
+    np.testing.assert_allclose(ti.to_numpy(t_out), np.asarray(j_out), rtol=1e-5)
+    np.testing.assert_allclose(ti.to_numpy(t_back), np.asarray(j_back), rtol=1e-6)
+    assert [str(ti.typeof(g)) for g in (tx.grad, tw.grad)] == [str(jax.typeof(g)) for g in j_grads]
+    np.testing.assert_allclose(ti.to_numpy(tx.grad), np.asarray(j_grads[0]), rtol=1e-5)
+    np.testing.assert_allclose(ti.to_numpy(tw.grad), np.asarray(j_grads[1]), rtol=1e-5)
+
+
+def test_shard_map_refuses_unreduced_specs(sim8):
+    """A ``shard_map`` spec with ``unreduced=`` is refused, never dropped."""
+    with ti.set_mesh(torch_mesh()), ti.jax_semantics():
+        x = ti.device_put(DATA, P("data", "model"))
+        with pytest.raises(parity.UnsupportedOpError, match="unreduced"):
+            ti.shard_map(lambda b: b, in_specs=P("data", None, unreduced={"model"}),
+                         out_specs=P("data", "model"))(x)

@@ -19,6 +19,7 @@ from conformance.catalogue.entry import F32, Op, ShapeSet
 # Layout combinations (per input; case-file layout lists).
 DM, MR, RM, DR, RR = ("data", "model"), ("model", None), (None, "model"), ("data", None), (None, None)
 IN = "P('data', 'model')"
+UM = "P('data', None, unreduced={'model'})"
 
 
 def _shard_map(body: str, out_specs: str) -> str:
@@ -74,6 +75,32 @@ def _explicit() -> list[Op]:
        variants=({"target": list(DR)}, {"target": list(RR)}),
        doc="B.with_sharding_constraint on Explicit axes: an assert that the type is "
            "kwargs.target (a different one is an error on both sides)")
+    # Unreduced values (P(..., unreduced={'model'})): a contraction whose sum
+    # is kept pending, reshard into and out of unreduced, the linear ops JAX
+    # keeps them through, and the ops it refuses on them. Every case ends in
+    # a reshard to P(*target) (JAX cannot read an unreduced array's values).
+    op("explicit_unreduced_matmul",
+       f"B.reshard(B.matmul(a, b, out_sharding={UM}), P(*target))", (F32, F32),
+       ((8, 16), (16, 8)), ((DM, MR), (DR, RR)), tol="matmul",
+       variants=({"target": list(DR)}, {"target": list(RR)}),
+       doc=f"B.matmul(a, b, out_sharding={UM}) keeps the sum over 'model' pending "
+           "(a contraction over a dim not sharded over 'model' is JAX's ShardingTypeError), "
+           "then B.reshard to kwargs.target completes it")
+    op("explicit_unreduced_add",
+       f"B.reshard(B.reshard(a * 1.0, {UM}) + B.reshard(b * 1.0, {UM}), P(*target))", (F32, F32),
+       ((8, 16), (8, 16)), ((DM, DR), (RR, DM)), variants=({"target": list(DM)},),
+       doc=f"two values resharded to {UM}, added (still unreduced), resharded to kwargs.target")
+    op("explicit_unreduced_sum", f"B.reshard(B.reshard(a * 1.0, {UM}).sum(dim), P(*target))",
+       (F32,), ((8, 16),), ((DM,), (RM,)), tol="reduction",
+       variants=({"dim": 1, "target": ["data"]}, {"dim": 0, "target": [None]}),
+       doc=f"sum over kwargs.dim of a value unreduced over 'model' ({UM}) stays unreduced "
+           "(over dim 0, sharded over 'data', the sum over 'data' is completed)")
+    op("explicit_unreduced_refused", f"B.reshard(a * 1.0, {UM}) * 2.0", (F32,), ((8, 16),),
+       ((DM,),), doc=f"a value unreduced over 'model' times a scalar: JAX's ShardingTypeError "
+                     "(mul needs both sides reduced alike)")
+    op("explicit_unreduced_meets_reduced", f"B.reshard(a * 1.0, {UM}) + a", (F32,), ((8, 16),),
+       ((DR,),), doc="an unreduced value plus a reduced one: JAX's ShardingTypeError (no "
+                     "implicit communication)")
     # shard_map bodies with each lax collective (in_specs P('data', 'model')).
     bodies = {
         "psum": ("B.lax.psum(x, 'model')", "P('data', None)", True),

@@ -45,9 +45,19 @@ def set_mesh(mesh: DeviceMesh) -> Iterator[DeviceMesh]:
         yield mesh
 
 
+def _jax_p(s: PartitionSpec) -> JaxP:
+    """JAX's ``P`` with the same entries and ``unreduced`` axes."""
+    if s.unreduced:
+        return JaxP(*s.entries, unreduced=set(s.unreduced))
+    return JaxP(*s.entries)
+
+
 def _sharding(spec_or_layout: Any, ndim: int, what: str) -> NamedSharding:
     layout = ambient.to_layout(spec_or_layout, ndim, what)
-    return NamedSharding(to_jax_mesh(layout.device_mesh, None), to_partition_spec(layout.spec))
+    spec = to_partition_spec(layout.spec)
+    if isinstance(spec_or_layout, PartitionSpec) and spec_or_layout.unreduced:
+        spec = JaxP(*spec, unreduced=set(spec_or_layout.unreduced))
+    return NamedSharding(to_jax_mesh(layout.device_mesh, None), spec)
 
 
 def device_put(x: Any, spec_or_layout: Any) -> jax.Array:
@@ -83,7 +93,7 @@ def with_sharding_constraint(x: Any, spec_or_layout: Any) -> jax.Array:
 def _jax_specs(specs: Any) -> Any:
     def one(s: Any) -> Any:
         if isinstance(s, PartitionSpec):
-            return JaxP(*s.entries)
+            return _jax_p(s)
         if isinstance(s, TensorLayout):
             return to_partition_spec(s.spec)
         return s
@@ -124,7 +134,7 @@ def explicit_axes(f: Callable, *, axes: Any = None, in_sharding: Any = None) -> 
 
 def _out_sharding(s: Any, what: str) -> Any:
     if s is None or isinstance(s, PartitionSpec):
-        return None if s is None else JaxP(*s.entries)
+        return None if s is None else _jax_p(s)
     if isinstance(s, TensorLayout):
         return NamedSharding(to_jax_mesh(s.require_mesh(), None), to_partition_spec(s.spec))
     raise LayoutError(f"{what}: out_sharding must be a parity.P(...) or a TensorLayout, got "

@@ -56,6 +56,11 @@ def _is_spec(s: Any) -> bool:
 
 def _spec_of(s: Any, ndim: int, mesh: DeviceMesh, what: str) -> Spec:
     if isinstance(s, PartitionSpec):
+        if s.unreduced:
+            raise UnsupportedOpError(
+                f"{what}: {s!r} is unreduced; parity's shard_map takes and gives reduced "
+                "values only. Fix: reshard the argument to a spec without unreduced= first.",
+                op="shard_map", reason="unreduced specs")
         spec = s.spec_for(ndim)
     elif isinstance(s, TensorLayout):
         if s.device_mesh is not None and s.device_mesh != mesh:

@@ -58,6 +58,7 @@ from parity.torch_impl.semantics import (
     pending,
     rules,
     traced_plans,
+    unreduced_ops,
 )
 from parity.torch_impl.collectives import gradient_buckets, redistribute
 from parity.torch_impl.layouts import specs as S
@@ -358,6 +359,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if name in _OBSERVERS:
         args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
         return func(*args, **kwargs)
+    if unreduced_ops.involved(args, kwargs):  # a typed pending sum (P(unreduced=)): JAX's rules
+        return unreduced_ops.run(func, name, args, kwargs)
     if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] != "per_rank":
         return random_ops.run(func, args, kwargs, mesh,  # the unsharded program's values
                               counter=_state.options[-1]["random"] == "counter")

@@ -1,0 +1,129 @@
+"""Ops on unreduced values (``layouts.unreduced.Unreduced``) under
+``jax_semantics()``, with JAX's rules (0.12, the normative version; 0.10.2
+where it agrees).
+
+| op on a value unreduced over ``A``              | result (JAX)                        |
+|-------------------------------------------------|-------------------------------------|
+| ``a + b``, ``a - b``: both unreduced over ``A`` | unreduced over ``A``                |
+| ``a + b`` with ``b`` not unreduced over ``A``   | ``ShardingTypeError`` (no implicit  |
+|                                                 | communication)                      |
+| ``-a``, ``a.sum(dims)``, ``transpose``/``permute``/``t``, a dtype cast | unreduced over ``A`` |
+| ``a * s``, ``a / s``, ``a @ b`` and every other op | ``ShardingTypeError``: reshard to a |
+|                                                 | reduced spec first                  |
+
+JAX 0.10.2 raises ``NotImplementedError`` for ``-a``, ``a - b``, ``a / s``
+and non-linear ops where 0.12 computes ``-a``/``a - b`` and refuses the
+others with ``ShardingTypeError`` (``/``: ``ValueError``); parity follows
+0.12. The linear ops run on DTensor's own ``Partial("sum")`` rules (no
+communication); a pending sum the op adds over another axis (``sum`` over
+a sharded dim) is completed, as JAX completes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.distributed.tensor import DTensor, Partial, Replicate
+
+from parity.errors import ShardingTypeError
+from parity.torch_impl.layouts.meshes import mesh_axis_names
+from parity.torch_impl.layouts.unreduced import Unreduced, retype, unreduced_axes
+from parity.torch_impl.semantics.traced_errors import raise_error
+
+# Linear in every operand: all of them unreduced over the same axes.
+_LINEAR_BINARY = frozenset({"add", "__add__", "__radd__", "__iadd__", "sub", "__sub__", "__rsub__",
+                            "subtract"})
+# Linear in their one tensor operand.
+_LINEAR_UNARY = frozenset({"neg", "__neg__", "negative", "sum", "transpose", "t", "permute",
+                           "swapaxes", "swapdims", "to", "float", "double", "half", "bfloat16",
+                           "clone", "contiguous"})
+
+
+def involved(args: tuple, kwargs: dict) -> bool:
+    """Whether an operand (or one inside a list/tuple argument) is unreduced."""
+    for a in (*args, *kwargs.values()):
+        if type(a) is DTensor:
+            if unreduced_axes(a):
+                return True
+        elif isinstance(a, (list, tuple)) and any(unreduced_axes(b) for b in a):
+            return True
+    return False
+
+
+def as_partial(x: DTensor) -> DTensor:
+    """``x`` with each ``Unreduced`` placement a plain ``Partial("sum")`` (the
+    same local blocks; differentiable)."""
+    return retype(x, tuple(Partial("sum") if type(p) is Unreduced else p for p in x.placements))
+
+
+def typed(x: DTensor, axes: tuple[str, ...], op: str) -> DTensor:
+    """``x`` unreduced over ``axes``: a pending sum over another axis is
+    completed first, each of ``axes`` must hold one. Raises
+    ``ShardingTypeError`` where DTensor reduced one of ``axes`` on the way."""
+    names = mesh_axis_names(x.device_mesh)
+    placements = []
+    for n, p in zip(names, x.placements):
+        if n in axes:
+            if not isinstance(p, Partial) or p.reduce_op != "sum":
+                raise_error(ShardingTypeError,
+                            f"{op}: its result is no longer a pending sum over {n!r} ({p}); "
+                            "Fix: reshard the operands to a reduced spec first.",
+                            op=op, fix="reshard")
+            placements.append(Unreduced())
+        else:
+            placements.append(p)
+    out = retype(x, tuple(placements))
+    # Typed first, then the other pending sums completed (the Unreduced dims
+    # stay as they are): under torch.compile the other order leaves a
+    # constant in AOTAutograd's graph.
+    if any(isinstance(p, Partial) and type(p) is not Unreduced for p in out.placements):
+        out = out.redistribute(out.device_mesh, [
+            Replicate() if isinstance(p, Partial) and type(p) is not Unreduced else p
+            for p in out.placements])
+    return out
+
+
+def _refuse(op: str, message: str) -> None:
+    raise_error(ShardingTypeError,
+                f"{op}: {message} Fix: reshard(x, P(...)) without unreduced= first (it "
+                "completes the sum).", op=op, fix="reshard(x, P(...)) without unreduced")
+
+
+def _axes_of_binary(name: str, args: tuple) -> tuple[str, ...]:
+    if len(args) < 2:
+        _refuse(name, "needs two operands.")
+    first, second = unreduced_axes(args[0]), unreduced_axes(args[1])
+    if not first or not second:
+        _refuse(name, f"one operand is unreduced (over {first or second}) and the other is "
+                      "not; JAX allows no implicit communication here.")
+    if first != second:
+        _refuse(name, f"its operands are unreduced over different axes ({first} and {second}).")
+    return first
+
+
+def _map(value: Any, fn) -> Any:
+    if type(value) is DTensor:
+        return fn(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(v, fn) for v in value)
+    return value
+
+
+def run(func, name: str, args: tuple, kwargs: dict) -> Any:
+    """``func(*args, **kwargs)`` with an unreduced operand, as JAX types it
+    (the table above). Raises ``ShardingTypeError`` for an op JAX refuses
+    on unreduced values (every op not in the table)."""
+    if name in _LINEAR_BINARY:
+        axes = _axes_of_binary(name, args)
+        if any(unreduced_axes(a) for a in args[2:]) or kwargs.get("alpha", 1) != 1:
+            _refuse(name, "scales an unreduced operand (alpha=) or has a third one.")
+    elif name in _LINEAR_UNARY:
+        axes = unreduced_axes(args[0])
+        if not axes or involved(args[1:], kwargs):
+            _refuse(name, "is linear in its first operand only.")
+    else:
+        _refuse(name, "JAX computes no such op on an unreduced value (only +, -, negation, "
+                      "sum, transposes and dtype casts keep the sum pending).")
+    plain_args = _map(args, lambda t: as_partial(t) if unreduced_axes(t) else t)
+    out = func(*plain_args, **kwargs)
+    return _map(out, lambda t: typed(t, axes, name))

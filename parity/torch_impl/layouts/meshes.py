@@ -13,8 +13,11 @@ from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 
 from parity.errors import ParityError
 from parity.mesh import DeviceMesh
+from parity.torch_impl.layouts.specs import mesh_axis_names
 from parity.torch_impl.runtime import state
 from parity.torch_impl.runtime.devices import device_rank
+
+__all__ = ["mesh_axis_names", "to_parity_mesh", "to_torch_mesh"]  # mesh_axis_names: specs's
 
 # Both caches hold one runtime generation's meshes (``_cache_generation``);
 # a new generation empties them, and a read checks the generation first.
@@ -86,12 +89,6 @@ def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
             _mesh_cache[mesh] = cached
             _remember_parity_mesh(cached, mesh)
     return cached
-
-
-def mesh_axis_names(torch_mesh: TorchMesh) -> tuple[str, ...]:
-    """The axis names of a torch ``DeviceMesh`` (``dim0``, ``dim1``... if unnamed)."""
-    names = torch_mesh.mesh_dim_names
-    return tuple(names) if names else tuple(f"dim{i}" for i in range(torch_mesh.ndim))
 
 
 def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:

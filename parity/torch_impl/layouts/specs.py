@@ -24,9 +24,16 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from parity.errors import LayoutError
 from parity.layout import Spec
-from parity.torch_impl.layouts.meshes import mesh_axis_names
 from parity.torch_impl.layouts.placements import to_placements, to_spec
 from parity.torch_impl.runtime.torch_compat import StridedShard, traced_through
+
+
+def mesh_axis_names(torch_mesh) -> tuple[str, ...]:
+    """The axis names of a torch ``DeviceMesh`` (``dim0``, ``dim1``... if
+    unnamed): what a spec names. Here, beside the conversions that read it
+    on every op (``meshes`` re-exports it)."""
+    names = torch_mesh.mesh_dim_names
+    return tuple(names) if names else tuple(f"dim{i}" for i in range(torch_mesh.ndim))
 
 
 # Speed: both conversions run several times per op; a hit costs a dict

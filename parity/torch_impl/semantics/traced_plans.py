@@ -30,9 +30,8 @@ from torch.distributed.tensor import DTensor, Partial
 from torch.fx.experimental.symbolic_shapes import has_static_value
 
 from parity.errors import LayoutError
-from parity.torch_impl.layouts.meshes import mesh_axis_names
 from parity.torch_impl.layouts.placements import to_spec
-from parity.torch_impl.layouts.specs import placements_for, spec_and_pending
+from parity.torch_impl.layouts.specs import mesh_axis_names, placements_for, spec_and_pending
 from parity.torch_impl.runtime.torch_compat import DTensorSpec, TensorMeta
 from parity.torch_impl.semantics import rules
 

@@ -240,6 +240,7 @@ def output_action(x: DTensor, spec: Any, keep_partial: bool) -> tuple:
 @torch.compiler.assume_constant_result
 def _output_action_untraced(placements: tuple, ndim: int, spec: Any, keep_partial: bool,
                             mesh) -> tuple:
+    spec = None if spec is None else tuple(tuple(names) for names in spec)  # hashable
     return _output_action(placements, ndim, spec, keep_partial, getattr(mesh, "real_obj", mesh))
 
 

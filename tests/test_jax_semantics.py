@@ -103,6 +103,19 @@ def test_numpy_operand_comes_back_on_the_dtensors_mesh(sim8):
     np.testing.assert_array_equal(a, xh)
 
 
+def test_numpy_result_takes_a_dim_split_over_two_axes(sim8):
+    """numpy's result of ``x * ndarray`` comes back laid out as ``x`` even
+    where a dim is split over both mesh axes, minor axis first (a strided
+    shard in DTensor's terms), with JAX's values."""
+    _, mesh = meshes()
+    xh = host((8, 16))
+    x = ti.distribute_tensor(xh, L((("model", "data"), None), mesh))
+    with ti.jax_semantics():
+        y = x * np.full((16,), 3.0, np.float32)
+    assert ti.describe(y).spec == (("model", "data"), ())
+    np.testing.assert_allclose(ti.to_numpy(y), xh * 3, rtol=1e-6)
+
+
 def test_dtensors_on_two_meshes_raise_sharding_error(sim8):
     mesh_a = parity.DeviceMesh((2, 4), ("data", "model"))
     mesh_b = parity.DeviceMesh((8,), ("x",))

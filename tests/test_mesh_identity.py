@@ -59,3 +59,23 @@ def test_a_slice_and_a_mesh_of_its_ranks_are_one_mesh():
         assert mesh_identity.same_mesh(sliced, own)
         other = TorchMesh("cpu", torch.arange(4, 8), mesh_dim_names=("tp",))
         assert mesh_identity.differences(sliced, other) == ("ranks [0, 1, 2, 3] vs [4, 5, 6, 7]",)
+
+
+def test_parity_mesh_cache_is_bounded_and_per_generation():
+    """torch meshes built in a loop do not grow the torch -> parity mesh
+    cache past its bound, and still convert; a new ``simulate()`` block
+    (a new runtime generation) starts from an empty cache."""
+    from parity.torch_impl.layouts import meshes
+
+    with ti.simulate(4):
+        built = [TorchMesh("cpu", torch.arange(4).reshape(2, 2), mesh_dim_names=("dp", f"t{i}"))
+                 for i in range(meshes.PARITY_MESH_LIMIT + 8)]
+        found = [ti.to_parity_mesh(m) for m in built]
+        assert len(meshes._parity_mesh_cache) == meshes.PARITY_MESH_LIMIT
+        assert found[0].axis_names == ("dp", "t0")  # the first one, since forgotten
+        assert ti.to_parity_mesh(built[0]) == found[0]  # converted again, equal
+        held = built[-1]
+    with ti.simulate(4):
+        mesh = ti.to_parity_mesh(TorchMesh("cpu", torch.arange(4), mesh_dim_names=("x",)))
+        assert mesh.axis_names == ("x",)
+        assert all(entry[0] is not held for entry in meshes._parity_mesh_cache.values())

@@ -80,3 +80,41 @@ def test_eagerly_plan_for_is_the_rules_plan(sim8):
     y = ti.distribute_tensor(host((16, 4), 1), L(("model", None), mesh))
     got = traced_plans.plan_for(torch.matmul, (x, y), {}, x.device_mesh)
     assert got == rules.plan_for(torch.matmul, (x, y), {}, x.device_mesh)
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_a_compiled_step_takes_the_decision_made_outside_the_trace(sim8, defer):
+    """Under ``torch.compile`` the mode's decision around each op -- the
+    plan, each operand's completion, reshard and leaf guard, each output's
+    completion, deferral or reshard -- comes from ``decision_for`` /
+    ``output_action`` (run outside the trace), and gives eager's values,
+    specs and gradient placement (a contraction over a split dim leaves a
+    pending sum: completed, or with ``defer`` kept through the add)."""
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    x = ti.distribute_tensor(host((8, 16)), L(("data", "model"), mesh))
+
+    def step(x, w):
+        y = x @ w  # contracting dim split over "model": a pending sum
+        return (torch.tanh(y) + y * 2.0).sum(0)
+
+    results = []
+    for compiled in (False, True):
+        w = ti.distribute_variable(host((16, 4), 1), L(("model", None), mesh))
+        with ti.jax_semantics(defer=defer):
+            if compiled:
+                traced_plans._decision_cached.cache_clear()
+                traced_plans._output_action.cache_clear()
+                torch._dynamo.reset()
+                out = torch.compile(step, backend="aot_eager", fullgraph=True, dynamic=False)(x, w)
+                assert traced_plans._decision_cached.cache_info().misses >= 4  # every op decided
+                assert traced_plans._output_action.cache_info().misses >= 1
+            else:
+                out = step(x, w)
+            out.sum().backward()
+        results.append((ti.to_numpy(out), ti.describe(out).spec, ti.to_numpy(w.grad),
+                        tuple(w.grad.placements)))
+    (want, want_spec, want_grad, want_grad_p), (got, spec, grad, grad_p) = results
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert spec == want_spec
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-6)
+    assert grad_p == want_grad_p

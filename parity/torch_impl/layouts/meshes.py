@@ -13,15 +13,23 @@ from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 
 from parity.errors import ParityError
 from parity.mesh import DeviceMesh
+from parity.torch_impl.layouts.specs import mesh_axis_names
 from parity.torch_impl.runtime import state
 from parity.torch_impl.runtime.devices import device_rank
 
-# Both caches hold one generation's meshes; a new generation empties them.
+__all__ = ["mesh_axis_names", "to_parity_mesh", "to_torch_mesh"]  # mesh_axis_names: specs's
+
+# Both caches hold one runtime generation's meshes (``_cache_generation``);
+# a new generation empties them, and a read checks the generation first.
 _dynamo_compiling = torch.compiler.is_dynamo_compiling  # False eagerly; dynamo folds it to True
 _cache_generation: list[object] = [None]
 _mesh_cache: dict[DeviceMesh, TorchMesh] = {}
 # id(torch mesh) -> (torch mesh, parity mesh); holding the torch mesh keeps its id unique.
+# Bounded: a program that builds torch meshes in a loop keeps the newest
+# PARITY_MESH_LIMIT (the oldest is forgotten first; its parity mesh is
+# rebuilt if asked again -- a pure value, so nothing changes but the cost).
 _parity_mesh_cache: dict[int, tuple[TorchMesh, DeviceMesh]] = {}
+PARITY_MESH_LIMIT = 64
 
 
 def _caches_for(generation: object) -> None:
@@ -29,6 +37,13 @@ def _caches_for(generation: object) -> None:
         _mesh_cache.clear()
         _parity_mesh_cache.clear()
         _cache_generation[0] = generation
+
+
+def _remember_parity_mesh(torch_mesh: TorchMesh, mesh: DeviceMesh) -> None:
+    """Hold ``torch_mesh -> mesh`` (under ``state.lock``, generation set)."""
+    while len(_parity_mesh_cache) >= PARITY_MESH_LIMIT:
+        del _parity_mesh_cache[next(iter(_parity_mesh_cache))]
+    _parity_mesh_cache[id(torch_mesh)] = (torch_mesh, mesh)
 
 
 def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
@@ -72,14 +87,8 @@ def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
                                         mesh_dim_names=mesh.axis_names,
                                         axis_types=tuple(t.name for t in mesh.axis_types))
             _mesh_cache[mesh] = cached
-            _parity_mesh_cache[id(cached)] = (cached, mesh)
+            _remember_parity_mesh(cached, mesh)
     return cached
-
-
-def mesh_axis_names(torch_mesh: TorchMesh) -> tuple[str, ...]:
-    """The axis names of a torch ``DeviceMesh`` (``dim0``, ``dim1``... if unnamed)."""
-    names = torch_mesh.mesh_dim_names
-    return tuple(names) if names else tuple(f"dim{i}" for i in range(torch_mesh.ndim))
 
 
 def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
@@ -94,9 +103,11 @@ def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
             if held == torch_mesh:
                 return mesh
         return _to_parity_mesh_untraced(torch_mesh)
-    cached = _parity_mesh_cache.get(id(torch_mesh))
-    if cached is not None and cached[0] is torch_mesh:
-        return cached[1]
+    generation = state.current().generation
+    if _cache_generation[0] == generation:
+        cached = _parity_mesh_cache.get(id(torch_mesh))
+        if cached is not None and cached[0] is torch_mesh:
+            return cached[1]
     names = mesh_axis_names(torch_mesh)
     kind = state.parity_device_kind(torch_mesh.device_type)
     ranks = torch_mesh.mesh.cpu().numpy()
@@ -104,8 +115,8 @@ def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
     mesh = DeviceMesh(tuple(torch_mesh.mesh.shape), tuple(names), devices,
                       getattr(torch_mesh, "parity_axis_types", None))  # issue 26
     with state.lock:
-        _caches_for(state.current().generation)
-        _parity_mesh_cache[id(torch_mesh)] = (torch_mesh, mesh)
+        _caches_for(generation)
+        _remember_parity_mesh(torch_mesh, mesh)
         # the way back gives the user's mesh (an FSDP2 submesh, an
         # init_device_mesh) rather than a new one torch compares unequal
         _mesh_cache.setdefault(mesh, torch_mesh)

@@ -19,13 +19,21 @@ from __future__ import annotations
 
 import functools
 
+import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from parity.errors import LayoutError
 from parity.layout import Spec
-from parity.torch_impl.layouts.meshes import mesh_axis_names
 from parity.torch_impl.layouts.placements import to_placements, to_spec
 from parity.torch_impl.runtime.torch_compat import StridedShard, traced_through
+
+
+def mesh_axis_names(torch_mesh) -> tuple[str, ...]:
+    """The axis names of a torch ``DeviceMesh`` (``dim0``, ``dim1``... if
+    unnamed): what a spec names. Here, beside the conversions that read it
+    on every op (``meshes`` re-exports it)."""
+    names = torch_mesh.mesh_dim_names
+    return tuple(names) if names else tuple(f"dim{i}" for i in range(torch_mesh.ndim))
 
 
 # Speed: both conversions run several times per op; a hit costs a dict
@@ -43,11 +51,46 @@ def _spec(placements: tuple, ndim: int, mesh_shape: tuple, names: tuple):
     return to_spec(placements, ndim, mesh_shape, names)
 
 
+# Speed under torch.compile: dynamo traced both tables op by op (to_spec
+# tries permutations), about a fifth of the instructions it traced for the
+# tensor-parallel MLP's forward (13.7k -> 10.8k, benchmarks/compiled_step's
+# first-compile MLP). Their arguments are constants while dynamo traces, so
+# the conversion runs outside the trace (``assume_constant_result``: called
+# with the real values, its answer a constant of the graph). A conversion
+# that raises is traced as before, so the error is the eager one.
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
+
+
+@torch.compiler.assume_constant_result
+def _placements_untraced(spec: Spec, mesh) -> tuple | None:
+    """``placements_for`` for dynamo (the mesh unwrapped from dynamo's
+    ``FakeScriptObject``); ``None`` where the conversion raises."""
+    try:
+        return placements_for(spec, getattr(mesh, "real_obj", mesh))
+    except LayoutError:
+        return None
+
+
+@torch.compiler.assume_constant_result
+def _spec_untraced(placements: tuple, ndim: int, mesh):
+    """``spec_and_pending`` for dynamo, of a DTensor's placements and rank;
+    ``None`` where the conversion raises."""
+    mesh = getattr(mesh, "real_obj", mesh)
+    try:
+        return _spec(placements, ndim, tuple(mesh.shape), mesh_axis_names(mesh))
+    except LayoutError:
+        return None
+
+
 def placements_for(spec: Spec, mesh) -> tuple:
     """DTensor placements of ``spec`` on a torch ``DeviceMesh``.
 
     Raises ``LayoutError`` for a mesh axis the mesh lacks or one used twice.
     """
+    if _dynamo_compiling():
+        found = _placements_untraced(spec, mesh)
+        if found is not None:
+            return found
     return _placements(tuple(tuple(n) for n in spec), tuple(mesh.shape), mesh_axis_names(mesh))
 
 
@@ -56,6 +99,10 @@ def spec_and_pending(x: DTensor) -> tuple[Spec, tuple[str, ...]]:
     axes holding a ``Partial``. Raises ``LayoutError`` for strided shards no
     spec describes (see ``describable``)."""
     mesh = x.device_mesh
+    if _dynamo_compiling():
+        found = _spec_untraced(tuple(x.placements), x.ndim, mesh)
+        if found is not None:
+            return found
     return _spec(tuple(x.placements), x.ndim, tuple(mesh.shape), mesh_axis_names(mesh))
 
 
@@ -65,7 +112,13 @@ def spec_of(x: DTensor) -> Spec:
 
 
 def has_partial(x: DTensor) -> bool:
-    return any(isinstance(p, Partial) for p in x.placements)
+    """Whether a mesh dim of ``x`` holds a pending reduction (``Partial``)."""
+    # loops, not any(generator): dynamo traces a generator through its
+    # polyfills, several times the instructions (this runs per operand)
+    for p in x.placements:
+        if isinstance(p, Partial):
+            return True
+    return False
 
 
 def axis_sizes(mesh) -> dict[str, int]:
@@ -75,7 +128,10 @@ def axis_sizes(mesh) -> dict[str, int]:
 def has_strided(x: DTensor) -> bool:
     """Whether a mesh dim of ``x`` holds a strided shard (a dim split over
     several mesh axes, or a reshape's result, which may be undescribable)."""
-    return any(type(p) is StridedShard for p in x.placements)
+    for p in x.placements:
+        if type(p) is StridedShard:
+            return True
+    return False
 
 
 def describable(x: DTensor) -> bool:

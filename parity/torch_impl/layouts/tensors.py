@@ -76,11 +76,20 @@ def from_local_blocks(
     local: torch.Tensor, layout: TensorLayout, global_shape: Sequence[int]
 ) -> DTensor:
     """Wrap each rank's block (already computed) as a DTensor of ``layout``."""
-    torch_mesh = meshes.to_torch_mesh(layout.require_mesh())
+    return from_local_on_mesh(local, meshes.to_torch_mesh(layout.require_mesh()), layout.spec,
+                              global_shape)
+
+
+def from_local_on_mesh(
+    local: torch.Tensor, torch_mesh: Any, spec: Spec, global_shape: Sequence[int]
+) -> DTensor:
+    """Wrap each rank's block as a contiguous DTensor laid out as ``spec`` on
+    the torch mesh itself (an op's result beside its operands: no round trip
+    through a parity mesh). Raises ``LayoutError`` for an axis the mesh lacks."""
     return DTensor.from_local(
         local,
         torch_mesh,
-        placements_for(layout.spec, torch_mesh),
+        placements_for(spec, torch_mesh),
         run_check=False,
         shape=torch.Size(global_shape),
         stride=contiguous_stride(global_shape),

@@ -51,12 +51,10 @@ from torch.distributed.tensor import DTensor, Partial
 
 from parity import sharding_rules as R
 
-from parity.layout import TensorLayout
-from parity.torch_impl.layouts import meshes
 from parity.torch_impl.semantics import pending
 from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
-from parity.torch_impl.layouts.tensors import contiguous_stride, from_local_blocks
+from parity.torch_impl.layouts.tensors import contiguous_stride, from_local_on_mesh
 
 LOCAL_REDUCTIONS = frozenset({"prod", "__getitem__", "scaled_dot_product_attention", "tensordot",
                               "_batch_norm_with_update", "_batch_norm_with_update.default",
@@ -104,8 +102,7 @@ def run_local_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
         shape[dim] = 1
     else:
         del spec[dim], shape[dim]
-    mesh = meshes.to_parity_mesh(x.device_mesh)
-    return from_local_blocks(local, TensorLayout.from_spec(tuple(spec), mesh), shape)
+    return from_local_on_mesh(local, x.device_mesh, tuple(spec), shape)
 
 
 def _advanced_index_with_grad(args: tuple, kwargs: dict) -> Any:
@@ -159,7 +156,7 @@ def _tensordot_local(args: tuple, kwargs: dict) -> Any:
     sizes = dict(zip(lets_a, a.shape)) | dict(zip(lets_b, b.shape))
     shape = [sizes[letter] for letter in out]
     placements = [Partial() if name in summed else p for name, p in
-                  zip(meshes.mesh_axis_names(mesh), S.placements_for(result.output, mesh))]
+                  zip(S.mesh_axis_names(mesh), S.placements_for(result.output, mesh))]
     return DTensor.from_local(local, mesh, placements, run_check=False, shape=torch.Size(shape),
                               stride=contiguous_stride(shape))
 
@@ -170,7 +167,7 @@ def _block(x: DTensor, out_axes: set) -> torch.Tensor:
     output blocks from the same copy of ``x``)."""
     mine = {n for names in S.spec_of(x) for n in names}
     split = out_axes - mine
-    names = meshes.mesh_axis_names(x.device_mesh)
+    names = S.mesh_axis_names(x.device_mesh)
     return x.to_local(grad_placements=[Partial() if name in split else p
                                        for name, p in zip(names, x.placements)])
 

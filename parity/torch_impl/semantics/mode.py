@@ -223,6 +223,7 @@ def _name_of(func) -> str | None:
 
 
 _is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to True
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
 _grad_enabled = torch.is_grad_enabled
 _GRAD_ACCESS = (torch.Tensor.grad.__get__, torch.Tensor.grad.__set__)  # equal, never identical
 _GRADS_PENDING = gradient_buckets.PENDING  # [n]: leaves whose gradient waits in a bucket
@@ -364,11 +365,15 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] != "per_rank":
         return random_ops.run(func, args, kwargs, mesh,  # the unsharded program's values
                               counter=_state.options[-1]["random"] == "counter")
+    grad = torch.is_grad_enabled()
+    if _dynamo_compiling():  # the whole decision made outside dynamo's trace
+        decided = traced_plans.decision_for(func, args, kwargs, mesh, defer, grad)
+        if decided is not None:
+            return _run_decided(func, name, args, kwargs, mesh, grad, decided)
     plan = traced_plans.plan_for(func, args, kwargs, mesh)  # rules.plan_for; outside dynamo's trace
     if plan is not None and plan.chosen:  # JAX's explicit mode refuses it: on Explicit axes, raise
         explicit_check.refuse_if_explicit(func, name, plan, args, kwargs, mesh)
     keep_partial = defer and plan is not None and plan.linear
-    grad = torch.is_grad_enabled()
     targets = plan.inputs if plan is not None else {}
 
     moved = []  # operands the rule changed: the call is not clean
@@ -392,30 +397,60 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         return out
 
     prepared_args, prepared_kwargs = _map_dtensors(args, kwargs, prepare)
-    if name in local_ops.LOCAL_REDUCTIONS:
-        out = local_ops.run_local_reduction(func, prepared_args, prepared_kwargs)
-        if out is not None:
-            return _finish(out, plan, keep_partial)
-    if fallback.refused(func):
-        fallback.refuse(func, prepared_args, prepared_kwargs)
-    if fallback.known_wrong(func) or (
-            grad and fallback.backward_missing(func) and _needs_grad(prepared_args, prepared_kwargs)):
-        # DTensor's strategy is wrong for some placements (fallback.KNOWN_WRONG),
-        # or it has none for the backward (fallback.BACKWARD_MISSING)
-        out = fallback.run_replicated(func, prepared_args, prepared_kwargs, mesh,
-                                      "DTensor's strategy for it is wrong")
-        return _finish(out, plan, keep_partial)
-    try:
-        out = func(*prepared_args, **prepared_kwargs)
-    except (NotImplementedError, RuntimeError) as err:
-        return _finish(_recover(err, func, prepared_args, prepared_kwargs, mesh), plan,
-                       keep_partial)
+    out, direct = _compute(func, name, prepared_args, prepared_kwargs, mesh, grad)
     result = _finish(out, plan, keep_partial)
-    if key is not None and not moved and not rehomed and result is out and not _any_partial(out) \
-            and not (plan is not None and plan.chosen) \
-            and not random_ops.listed(func):  # chosen: re-checked per mesh; random: per option
+    if (direct and key is not None and not moved and not rehomed and result is out
+            and not _any_partial(out) and not (plan is not None and plan.chosen)
+            and not random_ops.listed(func)):  # chosen: re-checked per mesh; random: per option
         fast_path.remember(key)
     return result
+
+
+def _run_decided(func, name: str, args: tuple, kwargs: dict, mesh, grad: bool,
+                 decided: tuple) -> Any:
+    """``_run``'s rest under dynamo, for a call ``traced_plans.decision_for``
+    decided outside the trace: dynamo traces the completions, redistributes
+    and the op that ``decided`` names, not the Python that chose them
+    (eagerly ``_run`` decides per call, and the fast path skips it)."""
+    plan, actions, keep_partial = decided
+    if plan is not None and plan[3]:  # chosen: on Explicit axes JAX refuses it
+        explicit_check.refuse_if_explicit(func, name, rules.Plan(dict(plan[0]), plan[1], plan[2],
+                                                                 plan[3]), args, kwargs, mesh)
+    visits = [0]
+
+    def prepare(loc, t: DTensor) -> DTensor:
+        complete, spec, guard = actions[visits[0]]
+        visits[0] += 1
+        if complete:
+            t = pending.complete(t)
+        return t if spec is None else redistribute.redistribute_to(t, spec, guard=guard)
+
+    prepared_args, prepared_kwargs = _map_dtensors(args, kwargs, prepare)
+    out, _ = _compute(func, name, prepared_args, prepared_kwargs, mesh, grad)
+    return _finish_decided(out, plan[1] if plan is not None else None, keep_partial)
+
+
+def _compute(func, name: str, args: tuple, kwargs: dict, mesh, grad: bool) -> tuple[Any, bool]:
+    """``(out, direct)``: the op on its prepared operands -- each rank's
+    block (``local_ops``), the fallback where DTensor's strategy is wrong or
+    missing, else DTensor itself (``direct``), recovering where DTensor
+    refuses (``_recover``). Raises what the op raises."""
+    if name in local_ops.LOCAL_REDUCTIONS:
+        out = local_ops.run_local_reduction(func, args, kwargs)
+        if out is not None:
+            return out, False
+    if fallback.refused(func):
+        fallback.refuse(func, args, kwargs)
+    if fallback.known_wrong(func) or (
+            grad and fallback.backward_missing(func) and _needs_grad(args, kwargs)):
+        # DTensor's strategy is wrong for some placements (fallback.KNOWN_WRONG),
+        # or it has none for the backward (fallback.BACKWARD_MISSING)
+        return fallback.run_replicated(func, args, kwargs, mesh,
+                                       "DTensor's strategy for it is wrong"), False
+    try:
+        return func(*args, **kwargs), True
+    except (NotImplementedError, RuntimeError) as err:
+        return _recover(err, func, args, kwargs, mesh), False
 
 
 def _recover(err: Exception, func, args: tuple, kwargs: dict, mesh) -> Any:
@@ -466,8 +501,8 @@ def _map_dtensors(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
 
 
 def _finish(out: Any, plan, keep_partial: bool) -> Any:
-    if isinstance(out, DTensor) and plan is None and not S.has_partial(out) \
-            and not S.has_strided(out):
+    if (isinstance(out, DTensor) and plan is None and not S.has_partial(out)
+            and not S.has_strided(out)):
         return out
     leaves, tree = tree_flatten(out)
     tensors = [i for i, leaf in enumerate(leaves) if isinstance(leaf, DTensor)]
@@ -494,3 +529,34 @@ def _finish(out: Any, plan, keep_partial: bool) -> Any:
             leaves[i] = redistribute.redistribute_to(t, spec)
             changed = True
     return tree_unflatten(leaves, tree) if changed else out
+
+
+def _finish_decided(out: Any, outputs: tuple | None, keep_partial: bool) -> Any:
+    """``_finish`` under dynamo: each output's action decided outside the
+    trace (``traced_plans.output_action``) from its placements and the spec
+    the plan gives it (``outputs``, or ``None``)."""
+    if isinstance(out, DTensor):
+        leaves, tree = [out], None
+    else:
+        leaves, tree = tree_flatten(out)
+    changed = False
+    k = 0
+    for i in range(len(leaves)):
+        t = leaves[i]
+        if not isinstance(t, DTensor):
+            continue
+        spec = outputs[k] if outputs is not None and k < len(outputs) else None
+        k += 1
+        kind, target = traced_plans.output_action(t, spec, keep_partial)
+        if kind == "keep":
+            continue
+        if kind == "defer":
+            leaves[i] = pending.mark_deferred(t)
+        elif kind == "complete":
+            leaves[i] = pending.complete(S.without_strided(t))
+        else:
+            leaves[i] = redistribute.redistribute_to(t, target)
+        changed = True
+    if not changed:
+        return out
+    return leaves[0] if tree is None else tree_unflatten(leaves, tree)

@@ -19,10 +19,13 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor, Replicate
 
+from parity import sharding_rules as R
 from parity.errors import MeshMismatchError
+from parity.torch_impl.collectives.redistribute import redistribute_to
 from parity.torch_impl.runtime import state
-from parity.torch_impl.layouts.tensors import as_host_tensor
 from parity.torch_impl.layouts import mesh_identity
+from parity.torch_impl.layouts import specs as S
+from parity.torch_impl.layouts.tensors import as_host_tensor
 
 _SEQ = (list, tuple)
 
@@ -182,17 +185,10 @@ def wrap_numpy_result(like: DTensor, array: Any) -> DTensor:
     operand), replicated where the shapes differ. Not differentiable: numpy
     computed it.
     """
-    from parity.torch_impl.arrays import distribute
-    from parity import sharding_rules as R
-    from parity.torch_impl.layouts import specs as S
-
     host = as_host_tensor(np.asarray(array))
     mesh = like.device_mesh
     spec = S.spec_of(like) if tuple(host.shape) == tuple(like.shape) else ((),) * host.ndim
-    sizes = S.axis_sizes(mesh)
-    spec = R.fit_to_shape(spec, tuple(host.shape), sizes)
-    from parity.layout import TensorLayout
-    from parity.torch_impl.layouts.meshes import to_parity_mesh
-
-    layout = TensorLayout.from_spec(spec, to_parity_mesh(mesh))
-    return distribute.distribute_tensor(host, layout)
+    spec = R.fit_to_shape(spec, tuple(host.shape), S.axis_sizes(mesh))
+    # on ``like``'s torch mesh directly: replicated, then each rank's slice
+    # (DTensor's Replicate -> Shard is a local chunk, no collective)
+    return redistribute_to(replicate(host, mesh), spec)

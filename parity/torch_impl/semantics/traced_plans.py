@@ -26,9 +26,12 @@ import functools
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Partial
 from torch.fx.experimental.symbolic_shapes import has_static_value
 
+from parity.errors import LayoutError
+from parity.torch_impl.layouts.placements import to_spec
+from parity.torch_impl.layouts.specs import mesh_axis_names, placements_for, spec_and_pending
 from parity.torch_impl.runtime.torch_compat import DTensorSpec, TensorMeta
 from parity.torch_impl.semantics import rules
 
@@ -57,7 +60,7 @@ def plan_for(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
 
 def describe(args: tuple, kwargs: dict) -> tuple | None:
     """The call's arguments as hashable constants: per DTensor
-    ``("T", placements, shape, dtype, requires_grad)``, per list or
+    ``("T", placements, shape, dtype, requires_grad, is_leaf)``, per list or
     tuple ``("L" | "U", items)``, per ``torch.Size`` ``("S", sizes)``, per
     constant ``("C", value)``; ``None``
     when some argument is none of these or a size is symbolic."""
@@ -89,7 +92,8 @@ def _describe_one(value: Any) -> tuple | None:
         for n in shape:
             if not has_static_value(n):
                 return None
-        return ("T", tuple(value.placements), shape, value.dtype, value.requires_grad)
+        return ("T", tuple(value.placements), shape, value.dtype, value.requires_grad,
+                value.is_leaf)
     if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
         items = _describe_each(value)
         return None if items is None else ("U" if type(value) is tuple else "L", items)
@@ -136,7 +140,7 @@ def _plan_cached(func: Any, described: tuple, mesh) -> Any:
 def _rebuild(part: tuple, mesh) -> Any:
     kind = part[0]
     if kind == "T":
-        _, placements, shape, dtype, requires_grad = part
+        _, placements, shape, dtype, requires_grad, _ = part
         local = torch.empty(shape, dtype=dtype, device="meta")
         meta = TensorMeta(torch.Size(shape), local.stride(), dtype)
         return DTensor(local, DTensorSpec(mesh, placements, tensor_meta=meta),
@@ -148,3 +152,111 @@ def _rebuild(part: tuple, mesh) -> Any:
     if kind == "S":
         return torch.Size(part[1])
     return part[1]
+
+
+# --- the whole decision around the op, for dynamo -------------------------
+#
+# Beyond the plan, the mode decides per operand whether to complete a pending
+# sum, which spec to redistribute it to and whether a leaf is guarded, and
+# per output whether to defer, complete or redistribute it. All of that is a
+# function of the same description (and of the outputs' placements), so under
+# dynamo it is decided here, outside the trace, once per description: dynamo
+# then traces the completions, the redistributes and the op, not the Python
+# that chose them.
+
+Action = tuple  # (complete first, spec to redistribute to or None, guard)
+
+
+def decision_for(func: Any, args: tuple, kwargs: dict, mesh, defer: bool,
+                 grad: bool) -> tuple | None:
+    """Under dynamo, ``(plan, actions, keep_partial)`` for a call described
+    by constants: ``plan`` as ``_plan_cached`` gives it (``None``: no rule),
+    ``actions`` one ``Action`` per DTensor operand in the order the mode
+    visits them (each argument, and the items of a list or tuple argument);
+    ``None`` where the call cannot be decided outside the trace (not
+    described, a rule whose output specs need the outputs, an operand whose
+    placements no spec describes): the mode then decides as it does eagerly."""
+    described = describe(args, kwargs)
+    if described is None:
+        return None
+    return _decision_untraced(func, described, mesh, defer, grad)
+
+
+@torch.compiler.assume_constant_result
+def _decision_untraced(func: Any, described: tuple, mesh, defer: bool, grad: bool) -> Any:
+    return _decision_cached(func, described, getattr(mesh, "real_obj", mesh), defer, grad)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decision_cached(func: Any, described: tuple, mesh, defer: bool, grad: bool) -> Any:
+    plan = _plan_cached(func, described, mesh)
+    if isinstance(plan, str):  # _TRACED
+        return None
+    inputs = dict(plan[0]) if plan is not None else {}
+    keep_partial = bool(defer and plan is not None and plan[2])
+    actions = []
+    for loc, part in _visited(described):
+        _, placements, _, _, requires_grad, is_leaf = part
+        spec = inputs.get(loc)
+        partial = any(isinstance(p, Partial) for p in placements)
+        complete = partial and not keep_partial
+        guard = grad and requires_grad and is_leaf and not complete  # completed: not a leaf
+        if spec is None or (partial and not complete):
+            if guard:  # a leaf goes through redistribute to its own spec
+                try:
+                    spec = spec_and_pending(_rebuild(part, mesh))[0]
+                except LayoutError:
+                    return None
+            else:
+                spec = None
+        actions.append((complete, spec, guard))
+    return plan, tuple(actions), keep_partial
+
+
+def _visited(described: tuple):
+    """``(locator, "T" part)`` of each DTensor operand the mode visits:
+    arguments and keyword arguments, and one level into lists and tuples."""
+    arg_parts, kwarg_parts = described
+    located = [(("a", i), part) for i, part in enumerate(arg_parts)]
+    located += [(("k", name), part) for name, part in kwarg_parts]
+    for loc, part in located:
+        if part[0] == "T":
+            yield loc, part
+        elif part[0] in ("L", "U"):
+            for j, item in enumerate(part[1]):
+                if item[0] == "T":
+                    yield loc + (j,), item
+
+
+def output_action(x: DTensor, spec: Any, keep_partial: bool) -> tuple:
+    """What the mode does to an output ``x`` whose plan gives ``spec``
+    (``None``: none): ``("defer", None)``, ``("complete", None)`` (strided
+    shards gathered, pending sums completed), ``("keep", None)`` or
+    ``("to", spec)``; decided outside dynamo's trace."""
+    return _output_action_untraced(tuple(x.placements), x.ndim, spec, keep_partial,
+                                   x.device_mesh)
+
+
+@torch.compiler.assume_constant_result
+def _output_action_untraced(placements: tuple, ndim: int, spec: Any, keep_partial: bool,
+                            mesh) -> tuple:
+    spec = None if spec is None else tuple(tuple(names) for names in spec)  # hashable
+    return _output_action(placements, ndim, spec, keep_partial, getattr(mesh, "real_obj", mesh))
+
+
+@functools.lru_cache(maxsize=4096)
+def _output_action(placements: tuple, ndim: int, spec: Any, keep_partial: bool, mesh) -> tuple:
+    partial = any(isinstance(p, Partial) for p in placements)
+    if keep_partial and partial:
+        return ("defer", None)
+    names, shape = mesh_axis_names(mesh), tuple(mesh.shape)
+    if spec is None or len(spec) != ndim:
+        try:
+            to_spec(placements, ndim, shape, names)
+            describable = True
+        except LayoutError:
+            describable = False
+        return ("complete", None) if partial or not describable else ("keep", None)
+    if placements_for(spec, mesh) != placements:
+        return ("to", spec)
+    return ("keep", None)

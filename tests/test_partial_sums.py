@@ -169,3 +169,23 @@ def test_merge_groups_pairs_the_axes_that_change_alike():
     assert merge_groups((s0, s0, s1), (r, r, r)) == ((0, 1),)
     assert merge_groups((Partial("max"), Partial("min")), (r, r)) == ()
     assert merge_groups((s0, r), (r, r)) == ()
+
+
+def test_fallback_gathers_a_dim_split_out_of_mesh_order_in_one_all_gather(warnings_seen):
+    # kron runs on the gathered operands (its DTensor strategy gives strided
+    # placements no spec describes); an operand split over ("c", "b") -- out
+    # of mesh order, a strided shard, which DTensor gathers one axis at a time
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    b = np.arange(8, dtype=np.float32).reshape(2, 4) - 3
+    with T.simulate(8), T.jax_semantics():
+        mesh = DeviceMesh((2, 2, 2), ("a", "b", "c"))
+        xb = T.distribute_tensor(b, TensorLayout((None, ("c", "b")), mesh)).requires_grad_()
+        with CommDebugMode() as comm:
+            y = torch.kron(T.distribute_tensor(a, TensorLayout((None, None), mesh)), xb)
+        y.sum().backward()
+        np.testing.assert_array_equal(T.to_numpy(y), np.kron(a, b))
+        np.testing.assert_array_equal(T.to_numpy(xb.grad),
+                                      np.full_like(b, a.sum()))
+        assert tuple(xb.grad.placements) == tuple(xb.placements)
+    assert _gathers(comm) == 1, comm.get_comm_counts()
+    assert warnings_seen() == []

@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import MESHES
+from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 
 from parity import DeviceMesh, TensorLayout
 from parity import torch_impl as T
+from parity.torch_impl.collectives.redistribute import merge_groups
 
 _REDISTRIBUTE_LOG = "torch.distributed.tensor._redistribute"
 
@@ -159,10 +161,6 @@ def test_fallback_gathers_a_dim_split_over_both_axes_in_one_all_gather(warnings_
 
 
 def test_merge_groups_pairs_the_axes_that_change_alike():
-    from torch.distributed.tensor import Partial, Replicate, Shard
-
-    from parity.torch_impl.collectives.redistribute import merge_groups
-
     r, s0, s1 = Replicate(), Shard(0), Shard(1)
     assert merge_groups((Partial("sum"), Partial("avg")), (r, r)) == ((0, 1),)
     assert merge_groups((Partial("max"), Partial("max"), s1), (r, r, s1)) == ((0, 1),)

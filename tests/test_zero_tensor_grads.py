@@ -11,7 +11,10 @@ import subprocess
 import sys
 import textwrap
 
+import torch
 from subprocess_env import child_env
+
+from parity.torch_impl.semantics.zero_tensor_grads import replacement
 
 _PROGRAM = textwrap.dedent("""
     import numpy as np, torch, parity
@@ -56,10 +59,6 @@ def test_sgn_gradient_through_another_op_does_not_crash():
 
 
 def test_sgn_of_a_real_tensor_runs_as_sign_and_complex_keeps_sgn():
-    import torch
-
-    from parity.torch_impl.semantics.zero_tensor_grads import replacement
-
     assert replacement(torch.sgn, (torch.ones(2),), {}) is torch.sign
     assert replacement(torch.Tensor.sgn_, (torch.ones(2),), {}) is torch.Tensor.sign_
     assert replacement(torch.sgn, (), {"input": torch.ones(2)}) is torch.sign

@@ -53,7 +53,7 @@ def test_sgn_gradient_through_another_op_does_not_crash():
         .replace("BODY", body).replace('print("ok")', f'print("ok {case}")')
         for case, body in CASES.items())
     done = subprocess.run([sys.executable, "-c", program], env=child_env(),
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-3000:])
     assert done.stdout.split() == [w for case in CASES for w in ("ok", case)]
 

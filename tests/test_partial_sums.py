@@ -187,3 +187,16 @@ def test_fallback_gathers_a_dim_split_out_of_mesh_order_in_one_all_gather(warnin
         assert tuple(xb.grad.placements) == tuple(xb.placements)
     assert _gathers(comm) == 1, comm.get_comm_counts()
     assert warnings_seen() == []
+
+
+def test_fallback_operand_gathered_in_one_all_gather_is_contiguous():
+    # the one all_gather puts blocks in place with a permute; kron views its
+    # operands and refused the permuted copy ("view size is not compatible
+    # with input tensor's size and stride"; OpInfo kron on (2, 4))
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    b = np.arange(128, dtype=np.float32).reshape(8, 16)
+    with T.simulate(8), T.jax_semantics():
+        mesh = DeviceMesh((2, 4), ("data", "model"))
+        x = T.distribute_tensor(a, TensorLayout((None, "model"), mesh))
+        y = T.distribute_tensor(b, TensorLayout((None, "model"), mesh))
+        np.testing.assert_array_equal(T.to_numpy(torch.kron(x, y)), np.kron(a, b))

@@ -262,7 +262,11 @@ def run_replicated(func: Any, args: tuple, kwargs: dict, mesh, why: str) -> Any:
 
     def local(value):
         if isinstance(value, DTensor):
-            return _whole(pending.complete(value)).to_local()
+            full = _whole(pending.complete(value)).to_local()
+            # contiguous, as DTensor's gather gives it: the one all_gather's
+            # blocks are put in place by a permute, and ops that view their
+            # operand (kron) refuse a permuted one
+            return full if full.is_contiguous() else full.contiguous()
         return value
 
     def index_like(value):

@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import MESHES
+from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 
 from parity import DeviceMesh, TensorLayout
 from parity import torch_impl as T
+from parity.torch_impl.collectives.redistribute import merge_groups
 
 _REDISTRIBUTE_LOG = "torch.distributed.tensor._redistribute"
 
@@ -118,3 +120,83 @@ def test_a_second_simulate_block_gets_its_own_flattened_group():
             ref = torch.tensor(a, requires_grad=True)
             torch.copysign(ref, torch.tensor(b)).sum().backward()
             np.testing.assert_array_equal(T.to_numpy(x.grad), ref.grad.numpy())
+
+
+def _gathers(comm: CommDebugMode) -> int:
+    counts = comm.get_comm_counts()
+    return sum(n for op, n in counts.items() if "all_gather" in str(op))
+
+
+@pytest.mark.parametrize("reduce", [torch.amax, torch.amin])
+def test_max_and_min_over_every_axis_are_one_all_reduce(reduce, warnings_seen):
+    # a pending maximum (Partial("max") on both axes) is completed over the
+    # flattened group as a sum is: DTensor merges equal changes of any op
+    value = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
+    with T.simulate(8), T.jax_semantics():
+        mesh = DeviceMesh((2, 4), ("data", "model"))
+        x = T.distribute_tensor(value, TensorLayout(("data", "model"), mesh))
+        with CommDebugMode() as comm:
+            top = reduce(x)
+        assert float(top.item()) == float(reduce(torch.from_numpy(value)))
+    assert _all_reduces(comm) == 1, comm.get_comm_counts()
+    assert warnings_seen() == []
+
+
+def test_fallback_gathers_a_dim_split_over_both_axes_in_one_all_gather(warnings_seen):
+    # segment_reduce has no DTensor strategy: the fallback gathers its
+    # operand, split over (data, model) on one dim -- one all_gather over the
+    # flattened group, not one per mesh axis
+    value = np.arange(32, dtype=np.float32).reshape(8, 4)
+    lengths = torch.tensor([2, 0, 3, 3])
+    with T.simulate(8), T.jax_semantics():
+        mesh = DeviceMesh((2, 4), ("data", "model"))
+        x = T.distribute_tensor(value, TensorLayout((("data", "model"), None), mesh))
+        with CommDebugMode() as comm:
+            y = torch.segment_reduce(x, "sum", lengths=lengths)
+        np.testing.assert_array_equal(
+            T.to_numpy(y), torch.segment_reduce(torch.from_numpy(value), "sum",
+                                                lengths=lengths).numpy())
+    assert _gathers(comm) == 1, comm.get_comm_counts()
+    assert warnings_seen() == []
+
+
+def test_merge_groups_pairs_the_axes_that_change_alike():
+    r, s0, s1 = Replicate(), Shard(0), Shard(1)
+    assert merge_groups((Partial("sum"), Partial("avg")), (r, r)) == ((0, 1),)
+    assert merge_groups((Partial("max"), Partial("max"), s1), (r, r, s1)) == ((0, 1),)
+    assert merge_groups((s0, s0, s1), (r, r, r)) == ((0, 1),)
+    assert merge_groups((Partial("max"), Partial("min")), (r, r)) == ()
+    assert merge_groups((s0, r), (r, r)) == ()
+
+
+def test_fallback_gathers_a_dim_split_out_of_mesh_order_in_one_all_gather(warnings_seen):
+    # kron runs on the gathered operands (its DTensor strategy gives strided
+    # placements no spec describes); an operand split over ("c", "b") -- out
+    # of mesh order, a strided shard, which DTensor gathers one axis at a time
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    b = np.arange(8, dtype=np.float32).reshape(2, 4) - 3
+    with T.simulate(8), T.jax_semantics():
+        mesh = DeviceMesh((2, 2, 2), ("a", "b", "c"))
+        xb = T.distribute_tensor(b, TensorLayout((None, ("c", "b")), mesh)).requires_grad_()
+        with CommDebugMode() as comm:
+            y = torch.kron(T.distribute_tensor(a, TensorLayout((None, None), mesh)), xb)
+        y.sum().backward()
+        np.testing.assert_array_equal(T.to_numpy(y), np.kron(a, b))
+        np.testing.assert_array_equal(T.to_numpy(xb.grad),
+                                      np.full_like(b, a.sum()))
+        assert tuple(xb.grad.placements) == tuple(xb.placements)
+    assert _gathers(comm) == 1, comm.get_comm_counts()
+    assert warnings_seen() == []
+
+
+def test_fallback_operand_gathered_in_one_all_gather_is_contiguous():
+    # the one all_gather puts blocks in place with a permute; kron views its
+    # operands and refused the permuted copy ("view size is not compatible
+    # with input tensor's size and stride"; OpInfo kron on (2, 4))
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    b = np.arange(128, dtype=np.float32).reshape(8, 16)
+    with T.simulate(8), T.jax_semantics():
+        mesh = DeviceMesh((2, 4), ("data", "model"))
+        x = T.distribute_tensor(a, TensorLayout((None, "model"), mesh))
+        y = T.distribute_tensor(b, TensorLayout((None, "model"), mesh))
+        np.testing.assert_array_equal(T.to_numpy(torch.kron(x, y)), np.kron(a, b))

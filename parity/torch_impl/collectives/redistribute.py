@@ -1,16 +1,17 @@
 """A DTensor moved to another layout through DTensor's differentiable
-``redistribute``, pending sums completed on the way -- over several mesh
-axes with one collective.
+``redistribute``, pending sums completed on the way -- each change that
+several mesh axes share with one collective.
 
 DTensor completes ``(Partial(sum), Partial(sum))`` with one all_reduce per
-mesh axis, and says so in every user's log ("While redistributing from
+mesh axis (and gathers ``(Shard(0), Shard(0))`` with one all_gather per
+axis), and says so in every user's log ("While redistributing from
 (Partial(sum), Partial(sum)) to (Replicate(), Replicate()), 2 sequential
 all_reduce operations will be performed ..."), unless the root mesh's
 registry holds a flattened mesh of those axes: then it merges them into one
-all_reduce (or one reduce_scatter) over the flattened group. parity's
-gathers already work that way: the flattened mesh is created once per mesh
-and set of axes (``flat_groups``), and registered only for the duration of
-one redistribute whose placements hold no strided shard (torch asserts on a
+collective over the flattened group. parity's gathers already work that
+way: the flattened mesh is created once per mesh and set of axes
+(``flat_groups``), and registered only for the duration of one
+redistribute whose placements hold no strided shard (torch asserts on a
 strided redistribute when it finds a flattened mesh).
 
 ``redistribute_to(x, spec)`` lays ``x`` out as ``spec``; ``merged(x,
@@ -20,6 +21,7 @@ placements)`` is the redistribute itself (differentiable, DTensor's own);
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -41,21 +43,46 @@ def _strided(placements: Sequence[Placement]) -> bool:
     return any(type(p).__name__ == "_StridedShard" for p in placements)
 
 
+def _change_key(src: Placement, dst: Placement) -> tuple:
+    """What DTensor's merge compares for one mesh dim's change (torch's
+    ``_optimize_transform_infos``): the (source, target) placements, with
+    pending sums and means alike (it reduces both as a sum, then scales)."""
+    if isinstance(src, Partial) and src.reduce_op in ("sum", "avg"):
+        return ("sum-or-avg", dst)
+    return (src, dst)
+
+
+def merge_groups(current: Sequence[Placement], target: Sequence[Placement]
+                 ) -> tuple[tuple[int, ...], ...]:
+    """The sets of >= 2 mesh dims whose change from ``current`` to ``target``
+    is the same collective (a pending sum completed, a shard gathered or
+    scattered): the flattened meshes DTensor needs to find to merge each
+    set's per-axis collectives into one. Pure; mesh dims in mesh order."""
+    groups: dict[tuple, list[int]] = {}
+    for dim, (src, dst) in enumerate(zip(current, target)):
+        if src != dst:
+            groups.setdefault(_change_key(src, dst), []).append(dim)
+    return tuple(tuple(dims) for dims in groups.values() if len(dims) > 1)
+
+
 def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     """``x.redistribute(x.device_mesh, placements)`` (differentiable), with
-    the pending sums of ``x`` over several mesh axes reduced by one
-    collective over their flattened group (sums and means: torch merges
-    those). Where that cannot be (one pending axis, a strided shard on
-    either side, a max or min pending, dynamo tracing, which cannot create
-    a flattened mesh) it is DTensor's redistribute unchanged."""
+    the collectives that change several mesh axes the same way -- pending
+    sums, means, maxima or minima completed, a dim's shards gathered --
+    merged by DTensor into one over those axes' flattened group
+    (``merge_groups``; the flattened meshes are registered for this one
+    call). Where that cannot be (no such axes, a strided shard on either
+    side, dynamo tracing, which cannot create a flattened mesh) it is
+    DTensor's redistribute unchanged."""
     placements = tuple(placements)
     mesh = x.device_mesh
-    dims = pending_mesh_dims(x)
-    if (len(dims) < 2 or _strided(x.placements) or _strided(placements)
-            or any(x.placements[d].reduce_op not in ("sum", "avg") for d in dims)
+    groups = merge_groups(tuple(x.placements), placements)
+    if (not groups or _strided(x.placements) or _strided(placements)
             or torch.compiler.is_dynamo_compiling()):
         return x.redistribute(mesh, placements)
-    with registered_flat_mesh(mesh, dims):
+    with contextlib.ExitStack() as stack:
+        for dims in groups:
+            stack.enter_context(registered_flat_mesh(mesh, dims))
         return x.redistribute(mesh, placements)
 
 

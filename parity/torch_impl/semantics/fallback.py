@@ -8,7 +8,8 @@ why. Never a wrong value, never DTensor's own stack trace for an op torch
 itself can run. The fallback is what JAX's partitioner does at worst:
 
 * ``run_replicated``: every DTensor operand is gathered above autograd
-  (DTensor's differentiable ``redistribute``), the op runs on each rank's
+  (differentiably, in one all_gather over the flattened group of the mesh
+  axes that shard it: ``collectives.gather``), the op runs on each rank's
   full copy (``to_local`` / ``from_local``, both differentiable, so the
   gradient flows back and each input's gradient has that input's
   placement), and its tensor results come back replicated (the mode then
@@ -84,7 +85,7 @@ from parity.errors import UnsupportedOpError
 from parity.torch_impl.runtime.torch_compat import tree_map
 from parity.torch_impl.arrays.distribute import first_rank_value
 from parity.torch_impl.semantics import pending
-from parity.torch_impl.collectives import redistribute
+from parity.torch_impl.collectives import gather, redistribute
 from parity.torch_impl.semantics.rules.registry import torch_ops
 
 # Ops whose DTensor strategy gives wrong values for some placements: always
@@ -231,6 +232,20 @@ def _refuse_inplace(func: Any, args: tuple, kwargs: dict, why: str) -> None:
     )
 
 
+def _whole(value: DTensor) -> DTensor:
+    """``value`` (no pending sum) replicated, differentiably, through one
+    all_gather over the flattened group of the mesh axes that shard it --
+    also for a dim split over axes out of mesh order (a strided shard), which
+    DTensor's redistribute gathers one mesh axis at a time and says so in the
+    user's log. Under dynamo (which cannot create a flattened mesh) DTensor's
+    redistribute."""
+    if all(isinstance(p, Replicate) for p in value.placements):
+        return value
+    if torch.compiler.is_dynamo_compiling():
+        return redistribute.redistribute_to(value, ((),) * value.ndim)
+    return gather.all_gather_variable(value)
+
+
 def run_replicated(func: Any, args: tuple, kwargs: dict, mesh, why: str) -> Any:
     """``func`` on every rank's full copy of its DTensor operands; tensor
     results replicated DTensors on ``mesh``. Differentiable. ``why`` (for
@@ -247,9 +262,11 @@ def run_replicated(func: Any, args: tuple, kwargs: dict, mesh, why: str) -> Any:
 
     def local(value):
         if isinstance(value, DTensor):
-            value = pending.complete(value)
-            full = redistribute.redistribute_to(value, ((),) * value.ndim)
-            return full.to_local()
+            full = _whole(pending.complete(value)).to_local()
+            # contiguous, as DTensor's gather gives it: the one all_gather's
+            # blocks are put in place by a permute, and ops that view their
+            # operand (kron) refuse a permuted one
+            return full if full.is_contiguous() else full.contiguous()
         return value
 
     def index_like(value):

@@ -59,6 +59,7 @@ from parity.torch_impl.semantics import (
     rules,
     traced_plans,
     unreduced_ops,
+    zero_tensor_grads,
 )
 from parity.torch_impl.collectives import gradient_buckets, redistribute
 from parity.torch_impl.layouts import specs as S
@@ -365,6 +366,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] != "per_rank":
         return random_ops.run(func, args, kwargs, mesh,  # the unsharded program's values
                               counter=_state.options[-1]["random"] == "counter")
+    original = func  # sgn of a real tensor runs as sign: its ZeroTensor gradient crashed
+    func = zero_tensor_grads.replacement(func, args, kwargs)  # simulated ranks (torch #108983)
     grad = torch.is_grad_enabled()
     if _dynamo_compiling():  # the whole decision made outside dynamo's trace
         decided = traced_plans.decision_for(func, args, kwargs, mesh, defer, grad)
@@ -401,7 +404,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     result = _finish(out, plan, keep_partial)
     if (direct and key is not None and not moved and not rehomed and result is out
             and not _any_partial(out) and not (plan is not None and plan.chosen)
-            and not random_ops.listed(func)):  # chosen: re-checked per mesh; random: per option
+            and not random_ops.listed(func) and func is original):  # chosen: re-checked per
+        # mesh; random: per option; a replaced op: the fast path would run the original
         fast_path.remember(key)
     return result
 

@@ -29,6 +29,7 @@ from torch.distributed.tensor.placement_types import Placement
 from parity.layout import Spec
 from parity.torch_impl.collectives.gradient_buckets import leaf_entry, resolved
 from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
+from parity.torch_impl.collectives.relabel import is_relabel, relabeled
 from parity.torch_impl.layouts.specs import placements_for
 
 
@@ -45,10 +46,14 @@ def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     """``x.redistribute(x.device_mesh, placements)`` (differentiable), with
     the pending sums of ``x`` over several mesh axes reduced by one
     collective over their flattened group (sums and means: torch merges
-    those). Where that cannot be (one pending axis, a strided shard on
-    either side, a max or min pending, dynamo tracing, which cannot create
-    a flattened mesh) it is DTensor's redistribute unchanged."""
+    those). Pending values completed on mesh axes of size 1 and nothing
+    else changed: a relabel (``relabel``), no redistribute. Where that
+    cannot be (one pending axis, a strided shard on either side, a max or
+    min pending, dynamo tracing, which cannot create a flattened mesh) it
+    is DTensor's redistribute unchanged."""
     placements = tuple(placements)
+    if is_relabel(x, placements):  # pending only on mesh axes of size 1: nothing moves
+        return relabeled(x, placements)
     mesh = x.device_mesh
     dims = pending_mesh_dims(x)
     if (len(dims) < 2 or _strided(x.placements) or _strided(placements)

@@ -31,8 +31,10 @@ def is_relabel(x: DTensor, placements: Sequence[Placement]) -> bool:
     reductions (``Partial -> Replicate``) on mesh axes of size 1, and at
     least one. ``False`` for anything else (a collective may be needed, or
     nothing changes) and while dynamo traces."""
-    current = x._spec.placements
-    if len(placements) != len(current) or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():  # before any attribute read: dynamo would break on one
+        return False
+    current = x.placements
+    if len(placements) != len(current):
         return False
     mesh = x.device_mesh
     changed = False
@@ -72,13 +74,13 @@ def _gradient_placements(grad: DTensor, source: tuple) -> tuple:
     gradient out: ``source``, with a pending placement kept replicated where
     the gradient is not pending itself."""
     return tuple(Replicate() if isinstance(s, Partial) and not isinstance(g, Partial) else s
-                 for g, s in zip(grad._spec.placements, source))
+                 for g, s in zip(grad.placements, source))
 
 
 class _Relabel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: DTensor, placements: tuple) -> DTensor:  # type: ignore[override]
-        ctx.source = tuple(x._spec.placements)
+        ctx.source = tuple(x.placements)
         return _with_placements(x, placements)
 
     @staticmethod
@@ -86,7 +88,7 @@ class _Relabel(torch.autograd.Function):
         if not isinstance(grad, DTensor):
             return grad, None
         target = _gradient_placements(grad, ctx.source)
-        if tuple(grad._spec.placements) == target:
+        if tuple(grad.placements) == target:
             return grad, None
         if is_relabel(grad, target):
             return relabeled(grad, target), None

@@ -13,6 +13,7 @@ import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
 from parity import DeviceMesh, TensorLayout
+from parity.errors import ParityError
 from parity import torch_impl as T
 from parity.torch_impl.collectives.relabel import is_relabel, relabeled
 
@@ -65,5 +66,5 @@ def test_anything_that_moves_data_is_not_a_relabel(pending):
     assert not is_relabel(p, tuple(p.placements))  # nothing changes
     q = DTensor.from_local(p.to_local(), p.device_mesh, [Replicate(), Partial()])
     assert not is_relabel(q, (Replicate(), Replicate()))  # a sum on model (size 2)
-    with pytest.raises(ValueError, match=r"Partial\(sum\), Shard\(dim=1\).*Replicate\(\), Replicate\(\).*\(1, 2\)"):
+    with pytest.raises(ParityError, match=r"Partial\(sum\), Shard\(dim=1\).*Replicate\(\), Replicate\(\).*\(1, 2\)"):
         relabeled(p, (Replicate(), Replicate()))

@@ -23,6 +23,7 @@ import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
+from parity.errors import ParityError
 from parity.torch_impl.runtime.torch_compat import DTensorSpec
 
 
@@ -39,7 +40,7 @@ def is_relabel(x: DTensor, placements: Sequence[Placement]) -> bool:
     mesh = x.device_mesh
     changed = False
     for d, (p, t) in enumerate(zip(current, placements)):
-        if p == t:
+        if p is t or (type(p) is type(t) and p == t):  # Partial() == Replicate() is slow
             continue
         if not (isinstance(p, Partial) and isinstance(t, Replicate) and mesh.size(d) == 1):
             return False
@@ -51,11 +52,11 @@ def relabeled(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     """``x.redistribute(x.device_mesh, placements)`` where ``is_relabel(x,
     placements)``: ``x``'s local tensor under ``placements``, recorded by
     autograd when ``x`` needs a gradient and grad mode is on. Raises
-    ``ValueError`` naming both placements when it is not a relabel (call
+    ``ParityError`` naming both placements when it is not a relabel (call
     ``redistribute`` for those)."""
     placements = tuple(placements)
     if not is_relabel(x, placements):
-        raise ValueError(
+        raise ParityError(
             f"relabeled: {tuple(x.placements)} -> {placements} on mesh shape "
             f"{tuple(x.device_mesh.shape)} is not a completion over mesh axes of size 1; "
             "use DTensor.redistribute")
@@ -64,8 +65,21 @@ def relabeled(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     return _with_placements(x, placements)
 
 
+# (source spec, placements) -> the relabeled spec: building a DTensorSpec
+# costs tens of microseconds, more than the rest of a relabel; a step meets
+# the same few specs every time. Bounded: cleared when full.
+_specs: dict[tuple, DTensorSpec] = {}
+_SPECS_MAX = 256
+
+
 def _with_placements(x: DTensor, placements: tuple) -> DTensor:
-    spec = DTensorSpec(x.device_mesh, placements, tensor_meta=x._spec.tensor_meta)
+    key = (x._spec, placements)
+    spec = _specs.get(key)
+    if spec is None:
+        if len(_specs) >= _SPECS_MAX:
+            _specs.clear()
+        spec = _specs[key] = DTensorSpec(x.device_mesh, placements,
+                                         tensor_meta=x._spec.tensor_meta)
     return DTensor(x._local_tensor, spec, requires_grad=x.requires_grad)
 
 

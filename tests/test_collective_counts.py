@@ -22,8 +22,12 @@ backward), and both weight gradients in one all-reduce at the end of
 backward is AOTAutograd's compiled graph, run as one autograd node, and the
 gradient all-reduces traced into it are not combined by ``aot_eager`` (the
 worker's ``bucketed`` option runs inductor's ``bucket_all_reduces_fx`` pass,
-which does). parity does no redistribution JAX does not do; the counts are
-pinned below, so a change either way shows.
+which does). parity's ``aot_eager_bucketed`` backend
+(``collectives/compiled_buckets.py``: ``aot_eager`` with that pass on the
+forward and backward graphs): 3 -- the backward's two weight gradients in one
+all-reduce; the loss cannot join them, the forward graph hands it back
+completed before the backward graph runs. parity does no redistribution JAX
+does not do; the counts are pinned below, so a change either way shows.
 
 The Keras parity driver's models (``tests/keras_support/parity_driver.py``,
 ``mlp:mp`` and ``transformer:mp``, 2 gloo ranks / 2 CPU devices, mesh (1, 2))
@@ -189,7 +193,7 @@ def test_tensor_parallel_mlp_step_issues_no_more_collectives_than_jax():
     jax = jax_counts("1d")
     assert jax == {"all-reduce": {"launches": 1, "operands": 1}}, jax
     got = parity_counts("1d", nproc=2)
-    for run in ("eager", "compiled"):
+    for run in ("eager", "compiled", "compiled bucketed"):
         assert set(got[run]) <= set(jax), (run, got[run])
         for kind, n in got[run].items():
             assert n <= jax[kind]["launches"], (run, kind, n, jax)
@@ -201,14 +205,17 @@ def test_data_and_tensor_parallel_mlp_step_buckets_the_gradient_reductions():
     """Mesh (2, 2) ``batch, model``: parity reduces the same 4 arrays as JAX
     and nothing else. Eager: 3 launches (the forward's partial sum, the loss,
     both weight gradients in one bucket) where XLA's combiner launches 2 (it
-    also folds the loss into the gradients' launch); compiled: 4 (one per
-    array). Eager and compiled give the same loss, weights and placements."""
+    also folds the loss into the gradients' launch); compiled with
+    ``aot_eager``: 4 (one per array); with ``aot_eager_bucketed``: 3 (both
+    weight gradients in one). All give the same loss, weights and
+    placements."""
     jax = jax_counts("2d")
     assert jax == {"all-reduce": {"launches": 2, "operands": 4}}, jax
     got = parity_counts("2d", nproc=4)
     assert got["eager"] == {"all-reduce": 3}, got
     assert got["compiled"] == {"all-reduce": jax["all-reduce"]["operands"]}, got
-    assert got["eager values"] == got["compiled values"], got
+    assert got["compiled bucketed"] == {"all-reduce": 3}, got
+    assert got["eager values"] == got["compiled values"] == got["compiled bucketed values"], got
 
 
 def launches(counts: dict) -> int:

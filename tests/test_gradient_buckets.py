@@ -179,3 +179,49 @@ def test_the_bucket_keeps_nothing_on_the_parameters(mlp):
     loss_fn().backward()
     for p in params:
         assert not [k for k in vars(p) if k.startswith("_parity")], vars(p).keys()
+
+
+def test_a_sum_pending_on_a_size_one_axis_is_relabeled_not_redistributed(monkeypatch):
+    """Mesh (1, 4): the weight gradients are pending sums on ``batch``, of
+    size 1, which moves nothing (issue 24, item 2). Their completion, and
+    the forward's completions on ``batch``, relabel the block
+    (``collectives.relabel``) instead of calling ``DTensor.redistribute``;
+    loss, gradients and placements equal those of the redistribute path
+    (the relabel turned off), and the launches are the same (the forward's
+    partial sum on ``model``)."""
+    from torch.distributed.tensor import DTensor
+
+    from parity.torch_impl.collectives import gradient_buckets, redistribute
+
+    calls = []
+    original = DTensor.redistribute
+
+    def counted(self, *args, **kwargs):
+        calls.append(tuple(self.placements))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(DTensor, "redistribute", counted)
+
+    def step():
+        calls.clear()
+        with T.simulate(4), T.jax_semantics():
+            mesh = DeviceMesh((1, 4), ("batch", "model"))
+            x = T.distribute_tensor(_host((8, 16), 0), TensorLayout(("batch", None), mesh))
+            params = [T.distribute_variable(_host((16, 32), 1), TensorLayout((None, "model"), mesh)),
+                      T.distribute_variable(_host((32, 8), 2), TensorLayout(("model", None), mesh))]
+            with CommDebugMode() as comm:
+                loss = (torch.tanh(x @ params[0]) @ params[1] - 1).pow(2).mean()
+                loss.backward()
+            return (len(calls), _all_reduces(comm), T.to_numpy(loss),
+                    [(T.to_numpy(p.grad), tuple(p.grad.placements)) for p in params])
+
+    relabeled = step()
+    for module in (gradient_buckets, redistribute):
+        monkeypatch.setattr(module, "is_relabel", lambda x, placements: False)
+    redistributed = step()
+    assert (relabeled[0], redistributed[0]) == (2, 5)
+    assert relabeled[1] == redistributed[1] == 1
+    np.testing.assert_array_equal(relabeled[2], redistributed[2])
+    for (got, got_placements), (want, want_placements) in zip(relabeled[3], redistributed[3]):
+        assert got_placements == want_placements
+        np.testing.assert_array_equal(got, want)

@@ -177,3 +177,24 @@ def test_keras_parity_torchrun_4_ranks(tmp_path):
 def test_install_keras_refuses_jax_backend(runs):
     (_, install_errors), _ = runs
     assert install_errors and "KERAS_BACKEND=torch" in install_errors[0], install_errors
+
+
+@pytest.mark.slow
+def test_keras_parity_on_a_mesh_with_a_size_one_batch_axis():
+    """ModelParallel on 2 simulated devices: mesh (1, 2) ``batch, model``,
+    the eager profile's mesh. Pending sums on the size-1 ``batch`` axis
+    (the weight gradients, the loss) complete as relabels, with no
+    redistribute (``collectives/relabel.py``); losses, weights and layouts
+    equal JAX's on 2 devices."""
+    configs = ["mlp:mp", "transformer:mp"]
+    results = []
+    for backend in ("jax", "torch"):  # one after the other, JAX first (CI stop 28)
+        proc = launch(backend, "--devices", "2", "--fit-only", configs=configs)
+        try:
+            results.append(parse_results(finish(proc))[0])
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    jax_results, torch_results = results
+    for config in configs:
+        compare(jax_results[config], torch_results[config], config)

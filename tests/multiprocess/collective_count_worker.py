@@ -12,9 +12,11 @@ a hand-written SGD update. With one argument ``1d`` the mesh is
 ``(2, world // 2)`` ``("batch", "model")`` and x's rows are sharded on
 ``batch`` (data and tensor parallel); a second argument ``bucketed``
 compiles with inductor and ``bucket_all_reduces_fx = "all"`` instead of
-``aot_eager``. The step
+``aot_eager``. A third run, ``"compiled bucketed"``, compiles with parity's
+``aot_eager_bucketed`` (``collectives/compiled_buckets.py``). The step
 is warmed up (compiled) first; the counted step is the second call. Rank 0
-writes ``{"eager": {op: count}, "compiled": {op: count}}`` (and, under
+writes ``{"eager": {op: count}, "compiled": {op: count}, "compiled
+bucketed": {op: count}}`` (and, under
 ``"<run> values"``, the loss, weight sums and placements after one more
 step) as JSON to the file named by ``PARITY_RESULT_FILE``.
 """
@@ -32,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import compiled_step_worker as csw  # noqa: E402
 from parity import torch_impl as ti  # noqa: E402
+from parity.torch_impl.collectives.compiled_buckets import aot_eager_bucketed  # noqa: E402
 from rank_result import report  # noqa: E402
 
 import parity  # noqa: E402
@@ -90,12 +93,13 @@ def main() -> None:
         inductor_config.bucket_all_reduces_fx = "all"
         backend = "inductor"
     results = {}
+    backends = {"eager": None, "compiled": backend, "compiled bucketed": aot_eager_bucketed}
     with ti.jax_semantics():
-        for name in ("eager", "compiled"):
+        for name, run_backend in backends.items():
             torch._dynamo.reset()
             params = csw.make_params(mesh)
             step = csw.make_step("hand", params)
-            fn = torch.compile(step, backend=backend) if name == "compiled" else step
+            fn = step if run_backend is None else torch.compile(step, backend=run_backend)
             results[name] = count(fn, x)
             results[name + " values"] = {
                 "loss": float(fn(x).full_tensor()),

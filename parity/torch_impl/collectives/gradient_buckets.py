@@ -52,6 +52,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from parity.torch_impl.collectives.blocks import all_reduce_block
 from parity.torch_impl.collectives.flat_groups import group as flat_group
+from parity.torch_impl.collectives.relabel import is_relabel, relabeled
 from parity.torch_impl.layouts.tensors import contiguous_stride
 from parity.torch_impl.runtime.torch_compat import DTensorSpec, TensorMeta
 
@@ -331,7 +332,11 @@ class _LeafEntry(torch.autograd.Function):
             return None, None  # the bucket accumulates it into .grad
         if tuple(grad.placements) != target.placements:
             # what DTensor's redistribute node gave the leaf: its placement
-            grad = grad.redistribute(target.mesh, target.placements)
+            # (a completion over mesh axes of size 1 moves nothing: relabeled)
+            if is_relabel(grad, target.placements):
+                grad = relabeled(grad, target.placements)
+            else:
+                grad = grad.redistribute(target.mesh, target.placements)
         return grad, None
 
 

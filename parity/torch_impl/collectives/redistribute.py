@@ -31,6 +31,7 @@ from torch.distributed.tensor.placement_types import Placement
 from parity.layout import Spec
 from parity.torch_impl.collectives.gradient_buckets import leaf_entry, resolved
 from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
+from parity.torch_impl.collectives.relabel import is_relabel, relabeled
 from parity.torch_impl.layouts.specs import placements_for
 
 
@@ -71,10 +72,14 @@ def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     sums, means, maxima or minima completed, a dim's shards gathered --
     merged by DTensor into one over those axes' flattened group
     (``merge_groups``; the flattened meshes are registered for this one
-    call). Where that cannot be (no such axes, a strided shard on either
-    side, dynamo tracing, which cannot create a flattened mesh) it is
-    DTensor's redistribute unchanged."""
+    call). Pending values completed on mesh axes of size 1 and nothing
+    else changed: a relabel (``relabel``), no redistribute. Where neither
+    applies (no such axes, a strided shard on either side, dynamo tracing,
+    which cannot create a flattened mesh) it is DTensor's redistribute
+    unchanged."""
     placements = tuple(placements)
+    if is_relabel(x, placements):  # pending only on mesh axes of size 1: nothing moves
+        return relabeled(x, placements)
     mesh = x.device_mesh
     groups = merge_groups(tuple(x.placements), placements)
     if (not groups or _strided(x.placements) or _strided(placements)

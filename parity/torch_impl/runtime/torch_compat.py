@@ -205,3 +205,31 @@ def register_opaque_like_device_mesh(cls: type, extra: tuple[str, ...]) -> None:
         guard_fn=lambda obj: [*(base_guard(obj) if base_guard else ()),
                               *(getattr(obj, name) for name in extra)],
         members={**base.members, **{name: MemberType.USE_REAL for name in extra}})
+
+
+def aot_backend(fw_compiler: Callable, bw_compiler: Callable) -> Callable:
+    """A ``torch.compile`` backend that runs AOTAutograd (as ``aot_eager``
+    does) and hands its forward and backward graphs to ``fw_compiler`` /
+    ``bw_compiler`` (``(graph module, example inputs) -> boxed callable``).
+    Imported when called: dynamo's backends are not loaded with parity."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler)
+
+
+def boxed(fn: Callable) -> Callable:
+    """``fn`` in AOTAutograd's boxed calling convention (one list argument)."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(fn)
+
+
+def bucket_all_reduces(gm: torch.fx.GraphModule) -> None:
+    """Inductor's all-reduce bucketing pass on ``gm`` (what
+    ``torch._inductor.config.bucket_all_reduces_fx = "all"`` runs after
+    AOTAutograd): the functional all_reduces of one group, reduce op and
+    dtype, within inductor's bucket cap, become one all_reduce of their
+    concatenation. In place; imported when called (inductor is heavy)."""
+    from torch._inductor.fx_passes.bucketing import bucket_all_reduce
+
+    bucket_all_reduce(gm)

@@ -33,7 +33,9 @@ def run_stack_job(worker: str, result_dir: Path, names: tuple[str, ...], timeout
     found = json.loads(result_file.read_text())
     for name, outcome in found.items():
         parity, plain = outcome["parity"], outcome["plain"]
-        print(f"{name}: parity {'ok' if parity['ok'] else parity['error']} ({outcome['seconds']} s)"
+        measured = (f"ok, losses {parity['loss_rel']:.1e} rel, weights {parity['weight_diff']:.1e}"
+                    if parity["ok"] else parity["error"])
+        print(f"{name}: parity {measured} ({outcome['seconds']} s)"
               f"; plain DTensor {'ok' if plain['ok'] else plain['error']}")
     return found
 

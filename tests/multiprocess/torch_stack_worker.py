@@ -16,7 +16,9 @@ parallel), ``tp_clip_foreach`` (``clip_grad_norm_(1.0)``, Adam
 ``foreach=True``), ``tp_fused`` (Adam ``fused=True``), ``tp_inference``
 (an ``inference_mode()`` forward after training), ``tp_checkpoint``
 (``checkpoint(block, use_reentrant=False)`` around each block, the model's
-own ``checkpoint_activations``), ``tp_loss_parallel`` (the output layer
+own ``checkpoint_activations``), ``tp_checkpoint_reentrant``
+(``checkpoint(block, use_reentrant=True)`` around each block, a wrapper
+module applied to the unsharded reference too), ``tp_loss_parallel`` (the output layer
 leaves logits sharded on the vocab and the loss runs in ``loss_parallel()``,
 as torchtitan does), ``fsdp_tp`` (mesh (2, 2) ``("dp", "tp")``: TP over
 ``mesh["tp"]``, FSDP2 ``fully_shard`` over ``mesh["dp"]`` per block and at
@@ -30,19 +32,30 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import sys
+import time
 import traceback
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from rank_result import report
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Replicate, Shard
-from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module
-from torch.testing._internal.distributed._tensor.common_dtensor import ModelArgs, Transformer
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    loss_parallel,
+    parallelize_module,
+)
+from torch.testing._internal.distributed._tensor.common_dtensor import (
+    ModelArgs,
+    Transformer,
+)
+from torch.utils.checkpoint import checkpoint
 
 from parity import torch_impl as ti
-from rank_result import report
 
 STEPS = 3
 BATCH, SEQ, VOCAB = 8, 8, 8
@@ -66,6 +79,26 @@ def make_optimizer(params, kind: str):
     return torch.optim.Adam(params, lr=1e-2, foreach=(kind == "foreach"))
 
 
+class ReentrantCheckpoint(torch.nn.Module):
+    """``block`` run under ``checkpoint(..., use_reentrant=True)``: the
+    reentrant form, which the model's own ``checkpoint_activations`` lacks."""
+
+    def __init__(self, block: torch.nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.block, x, use_reentrant=True)
+
+
+def with_checkpointing(model: Transformer, config: dict) -> Transformer:
+    """Each block wrapped in a reentrant checkpoint when the config asks."""
+    if config.get("checkpoint") == "reentrant":
+        for i, layer in enumerate(model.layers):
+            model.layers[i] = ReentrantCheckpoint(layer)
+    return model
+
+
 def full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
@@ -79,7 +112,7 @@ def forward_scope(config: dict):
 
 def reference(base: Transformer, config: dict) -> dict:
     """The unsharded model: losses per step, final weights, the inference output."""
-    model = copy.deepcopy(base)
+    model = with_checkpointing(copy.deepcopy(base), config)
     opt = make_optimizer(model.parameters(), config.get("adam", "default"))
     losses = []
     for step in range(STEPS):
@@ -121,41 +154,64 @@ def parallelize(base: Transformer, config: dict):
         for layer in model.layers:
             fully_shard(layer, mesh=dp_mesh)
         fully_shard(model, mesh=dp_mesh)
-    return model, dp_mesh
+    return with_checkpointing(model, config), dp_mesh
+
+
+def training_step(model, opt, config: dict):
+    """One step (forward, loss, backward, optional clip, Adam) as a function
+    of the batch; ``torch.compile``d whole when ``config["compile"]``
+    (``aot_eager``, ``dynamic=config.get("dynamic")``)."""
+
+    def step(tokens, labels):
+        if config.get("loss_parallel"):
+            logits = model(tokens)
+            with loss_parallel():
+                loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+                loss.backward()
+        else:
+            with forward_scope(config):
+                loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
+            loss.backward()
+        if config.get("clip"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    if config.get("compile"):
+        return torch.compile(step, backend="aot_eager", dynamic=config.get("dynamic"))
+    return step
+
+
+def placements(model) -> dict:
+    """Each DTensor parameter's placements, by name."""
+    return {n: tuple(p.placements) for n, p in model.named_parameters() if isinstance(p, DTensor)}
+
+
+def misplaced_gradients(model) -> list[str]:
+    """The DTensor parameters whose gradient is not a DTensor of their placements."""
+    return [f"{name}: {getattr(p.grad, 'placements', type(p.grad).__name__)} vs {p.placements}"
+            for name, p in model.named_parameters()
+            if isinstance(p, DTensor) and (not isinstance(p.grad, DTensor)
+                                           or tuple(p.grad.placements) != tuple(p.placements))]
 
 
 def train(base: Transformer, config: dict, semantics: bool) -> dict:
     model, dp_mesh = parallelize(base, config)
     scope = ti.jax_semantics if semantics else contextlib.nullcontext
     opt = make_optimizer(model.parameters(), config.get("adam", "default"))
+    step_fn = training_step(model, opt, config)
+    before = placements(model)
     dp_rank = dp_mesh.get_local_rank() if dp_mesh is not None else 0
-    losses, placements_ok, misplaced = [], True, []
+    losses, misplaced = [], []
     for step in range(STEPS):
         tokens, labels = data(step)
         if dp_mesh is not None:  # each dp half of the batch on its ranks
             half = BATCH // 2
             tokens, labels = (t[dp_rank * half:(dp_rank + 1) * half] for t in (tokens, labels))
         with scope():
-            if config.get("loss_parallel"):
-                logits = model(tokens)
-                with loss_parallel():
-                    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
-                    loss.backward()
-            else:
-                with forward_scope(config):
-                    loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
-                loss.backward()
-            for name, p in model.named_parameters():
-                g = p.grad
-                if isinstance(p, DTensor) and (not isinstance(g, DTensor)
-                                               or tuple(g.placements) != tuple(p.placements)):
-                    placements_ok = False
-                    misplaced.append(f"{name}: {getattr(g, 'placements', type(g).__name__)} "
-                                     f"vs {p.placements}")
-            if config.get("clip"):
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad()
+            loss = step_fn(tokens, labels)
+        misplaced += misplaced_gradients(model)
+        opt.zero_grad()
         value = full(loss.detach()).reshape(())
         if dp_mesh is not None:  # the global batch's loss: the mean of the halves
             value = value.clone()
@@ -164,11 +220,15 @@ def train(base: Transformer, config: dict, semantics: bool) -> dict:
         losses.append(value.item())
     with torch.no_grad():
         weights = {n: full(p).detach().clone() for n, p in model.named_parameters()}
-    out = {"losses": losses, "weights": weights, "placements_ok": placements_ok,
+    if placements(model) != before:
+        misplaced.append(f"parameters moved: {before} -> {placements(model)}")
+    out = {"losses": losses, "weights": weights, "placements_ok": not misplaced and bool(before),
            "misplaced": misplaced[:4]}
     if config.get("inference"):
+        forward = (torch.compile(model, backend="aot_eager", dynamic=config.get("dynamic"))
+                   if config.get("compile") else model)
         with scope(), torch.inference_mode():
-            out["inference"] = full(model(data(STEPS)[0])).clone()
+            out["inference"] = full(forward(data(STEPS)[0])).clone()
     return out
 
 
@@ -191,13 +251,38 @@ def compare(result: dict, ref: dict) -> dict:
     return out
 
 
-def outcome(fn) -> dict:
+def trained_and_compared(base: Transformer, config: dict, ref: dict, semantics: bool) -> dict:
+    return compare(train(base, config, semantics), ref)
+
+
+def outcome(fn, show: bool = False) -> dict:
+    """``fn()``'s result, or its error described; rank 0 prints the traceback when ``show``."""
     try:
         return {"ok": True, **fn()}
     except Exception as err:  # noqa: BLE001 - recorded: plain DTensor's failures are data
-        lines = str(err).strip().splitlines()
-        return {"ok": False, "error": f"{type(err).__name__}: {lines[0][:300] if lines else ''}",
+        if show and ti.process_id() == 0:
+            traceback.print_exc()
+        return {"ok": False, "error": describe(err),
                 "where": traceback.format_exc().strip().splitlines()[-3][:200]}
+
+
+def describe(err: BaseException) -> str:
+    """``Type: first line`` of ``err``, and of the exception at the root of the
+    chain it wraps (dynamo's ``BackendCompilerFailed`` and ``TorchRuntimeError``
+    say only which backend or which fake-tensor call raised)."""
+
+    def line(e: BaseException) -> str:
+        lines = str(e).strip().splitlines()
+        return f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
+
+    root, seen = err, {id(err)}
+    while True:
+        inner = getattr(root, "inner_exception", None) or root.__cause__ or root.__context__
+        if inner is None or id(inner) in seen:
+            break
+        root = inner
+        seen.add(id(root))
+    return line(err) if root is err else f"{line(err)} <- {line(root)}"
 
 
 CONFIGS = {
@@ -207,34 +292,43 @@ CONFIGS = {
     "tp_fused": {"adam": "fused"},
     "tp_inference": {"inference": True},
     "tp_checkpoint": {"checkpoint": True},
+    "tp_checkpoint_reentrant": {"checkpoint": "reentrant"},
     "tp_loss_parallel": {"loss_parallel": True},
     "fsdp_tp": {"fsdp": True},
     "tp_autocast": {"autocast": True},
 }
 
 
-def main() -> None:
-    ti.initialize()
-    import sys
-
-    wanted = sys.argv[1:] or list(CONFIGS)
+def run_configurations(configs: dict, names: list[str]) -> dict:
+    """Each named configuration under parity and under plain DTensor, against
+    the unsharded model; rank 0 prints each outcome as it lands."""
     results = {}
-    for name in wanted:
-        config = CONFIGS[name]
+    for name in names:
+        config = configs[name]
         torch.manual_seed(0)
-        base = Transformer(model_args(config.get("checkpoint", False)))
+        base = Transformer(model_args(config.get("checkpoint") is True))
         ref = reference(base, config)
         if config.get("autocast"):
             # What bf16 itself does to the unsharded model (against float32):
             # the scale of rounding the sharded run is held to.
             ref["dtype_effect"] = differences(ref, reference(base, {}))
-        results[name] = {
-            "parity": outcome(lambda: compare(train(base, config, True), ref)),
-            "plain": outcome(lambda: compare(train(base, config, False), ref)),
-        }
+        start = time.perf_counter()
+        parity_outcome = outcome(functools.partial(trained_and_compared, base, config, ref, True),
+                                 show=True)
+        seconds = time.perf_counter() - start
+        torch._dynamo.reset()
+        results[name] = {"parity": parity_outcome, "seconds": round(seconds, 1),
+                         "plain": outcome(functools.partial(trained_and_compared, base, config,
+                                                            ref, False))}
+        torch._dynamo.reset()
         if ti.process_id() == 0:
             print(name, results[name], flush=True)
-    report(results)
+    return results
+
+
+def main() -> None:
+    ti.initialize()
+    report(run_configurations(CONFIGS, sys.argv[1:] or list(CONFIGS)))
 
 
 if __name__ == "__main__":

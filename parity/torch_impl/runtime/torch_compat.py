@@ -157,6 +157,18 @@ def aot_runtime_wrappers():
     return runtime_wrappers
 
 
+def dynamo_overridable_functions() -> set | None:
+    """The set of torch functions dynamo dispatches to an active
+    ``TorchFunctionMode`` while it traces (``torch._dynamo.variables.torch.
+    get_overridable_functions``, cached: the set itself is the registry);
+    ``None`` on a torch without it."""
+    from torch._dynamo.variables import torch as dynamo_torch
+
+    registry = getattr(dynamo_torch, "get_overridable_functions", None)
+    found = registry() if callable(registry) else None
+    return found if isinstance(found, set) else None
+
+
 def skip_frames_of(code) -> None:
     """Never let dynamo compile frames of ``code``, nor what they call, as
     top-level frames (what ``torch._dynamo.skip`` does without marking the

@@ -82,6 +82,20 @@ differentiable view of the base's local block with the output's local
 geometry (``to_local`` / ``as_strided`` / ``from_local``), so its gradient
 reaches the base. A local block that does not share the base's storage
 raises ``UnsupportedOpError`` naming the shapes (never a wrong value).
+
+**``torch._foreach_*`` reach the mode while traced, as they do eagerly**
+(torch 2.13 and 2.14; no upstream issue found). Eagerly a
+``TorchFunctionMode`` sees ``torch._foreach_norm`` and the other foreach
+ops; dynamo dispatches a traced call to the mode only when the function is
+in its ``get_overridable_functions()`` set, built from
+``torch.overrides.get_overridable_functions``, which leaves out torch's
+private names. So ``clip_grad_norm_(foreach=True)`` (and Adam
+``foreach=True``) on a model with DTensor and plain parameters -- the TP
+plan leaves the norms plain -- put DTensors and plain tensors in one
+``_foreach_norm`` inside a compiled step, and DTensor refused them ("got
+mixed torch.Tensor and DTensor") where the eager step, through the mode,
+runs. ``_install_foreach_dispatch`` adds the ``torch._foreach_*`` functions
+to that set, so the traced mode sees them as the eager one does.
 """
 
 from __future__ import annotations
@@ -92,7 +106,11 @@ from typing import Any
 
 import torch
 
-from parity.torch_impl.runtime.torch_compat import aot_runtime_wrappers, skip_frames_of
+from parity.torch_impl.runtime.torch_compat import (
+    aot_runtime_wrappers,
+    dynamo_overridable_functions,
+    skip_frames_of,
+)
 
 # The functions that must never be traced by dynamo under jax_semantics().
 _TENSOR_BACKWARD = torch.Tensor.backward
@@ -273,6 +291,20 @@ def _install_alias_patch() -> None:
 
 
 _install_alias_patch()
+
+
+def _install_foreach_dispatch() -> None:
+    """Add torch's ``_foreach_*`` functions to the functions dynamo
+    dispatches to a ``TorchFunctionMode`` while tracing (see the module
+    docstring). A torch without that set has nothing to extend."""
+    overridable = dynamo_overridable_functions()
+    if overridable is None:
+        return
+    overridable.update(fn for name, fn in vars(torch).items()
+                       if name.startswith("_foreach_") and callable(fn))
+
+
+_install_foreach_dispatch()
 
 
 def skip_alone(fn: Any) -> Any:

@@ -147,6 +147,14 @@ enabled_local_tensor_mode: Callable | None = getattr(_local_tensor, "enabled_loc
                                                      None)
 is_inplace_op: Callable | None = getattr(_local_tensor, "_is_inplace_op", None)
 set_rng_state: Callable | None = getattr(_local_tensor, "_set_rng_state", None)
+get_rng_state: Callable | None = getattr(_local_tensor, "_get_rng_state", None)
+composite_explicit_autograd = torch._C.DispatchKey.CompositeExplicitAutograd
+# What ``runtime.rank_results`` builds a ``LocalTensor`` wrapper with (as
+# ``LocalTensor.__new__`` does).
+make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+throw_on_mutable_data_ptr = torch._C._set_throw_on_mutable_data_ptr
+is_exporting = torch.compiler.is_exporting
+NO_EXTRA_DISPATCH_KEYS = torch._C.DispatchKeySet.from_raw_repr(0)
 
 
 def aot_runtime_wrappers():

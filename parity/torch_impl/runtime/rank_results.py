@@ -26,10 +26,10 @@ from typing import Any
 import torch
 
 from parity.torch_impl.runtime.torch_compat import (
+    NO_EXTRA_DISPATCH_KEYS,
     LocalTensor,
     combine_rank_results,
     is_exporting,
-    NO_EXTRA_DISPATCH_KEYS,
     make_wrapper_subclass,
     throw_on_mutable_data_ptr,
 )

@@ -59,6 +59,7 @@ from parity.torch_impl.runtime.torch_compat import (
     LocalTensor,
     LocalTensorMode,
     OpOverload,
+    alias_info,
     combine_rank_results,
     composite_explicit_autograd,
     disable_torch_function,
@@ -93,6 +94,9 @@ class SimulatedRanksMode(LocalTensorMode):
         super().__init__(*args, **kwargs)
         self._sorted_ranks = tuple(sorted(self.ranks))
         self._plain_ops: dict[Any, bool] = {}  # op -> whether _each_rank may run it
+        # op -> whether its result needs torch's aliasing fix-up (a view, an
+        # in-place view, a result that is an input)
+        self._aliasing: dict[Any, bool] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         with disable_torch_function():
@@ -100,8 +104,15 @@ class SimulatedRanksMode(LocalTensorMode):
                 kwargs = {}
             if _SHORT_LOOP and type(func) is OpOverload:
                 found: list = []
-                seen = max(max((_operand(a, found) for a in args), default=_CONSTANT),
-                           max((_operand(v, found) for v in kwargs.values()), default=_CONSTANT))
+                seen = _CONSTANT
+                for a in args:
+                    kind = _operand(a, found)
+                    if kind > seen:
+                        seen = kind
+                for a in kwargs.values():
+                    kind = _operand(a, found)
+                    if kind > seen:
+                        seen = kind
                 if seen == _FOREIGN:  # torch's first answer: another subclass handles it
                     return NotImplemented
                 if not found:
@@ -126,23 +137,27 @@ class SimulatedRanksMode(LocalTensorMode):
         this mode is the enabled one, with a generator state for each rank."""
         if any(t._ranks != self.ranks for t in found):
             return False
-        states = self._per_rank_rng_states
-        return (enabled_local_tensor_mode() is self and len(states) == len(self.ranks)
-                and all(r in states for r in self.ranks))
+        # (``__enter__`` stores every rank's state, torch's loop replaces them)
+        return (enabled_local_tensor_mode() is self
+                and len(self._per_rank_rng_states) == len(self.ranks))
 
     def _runs_each_rank(self, func) -> bool:
         plain = self._plain_ops.get(func)
         if plain is None:
             plain = self._plain_ops[func] = _plain_op(func)
+            self._aliasing[func] = plain and _aliases(func)
         return plain
 
     def _read_each_rank(self, read, tensor: LocalTensor) -> Any:
         """A metadata read (an int, a list of ints, a bool) of each rank's
         block, combined, with the generator left as torch's loop leaves it."""
         blocks = tensor._local_tensors
-        results = {rank: read(blocks[rank]) for rank in self._sorted_ranks}
+        values = [read(blocks[rank]) for rank in self._sorted_ranks]
         set_rng_state(*self._per_rank_rng_states[self._sorted_ranks[-1]])
-        return combine_rank_results(results, None)
+        first = values[0]
+        if values.count(first) == len(values):
+            return first  # torch's combine of equal ints (lists of ints): the value
+        return combine_rank_results(dict(zip(self._sorted_ranks, values)), None)
 
     def _composite_collective(self, func, args: tuple, kwargs: dict) -> Any:
         """``func``'s composite kernel run with this mode on the stack (torch
@@ -157,14 +172,18 @@ class SimulatedRanksMode(LocalTensorMode):
             set_rng_state(*entry_state)
 
     def _each_rank(self, func, args: tuple, kwargs: dict) -> Any:
+        ranks = self._sorted_ranks
+        # Each operand as every rank sees it (one column per operand), then
+        # each rank's operands (one row per rank).
+        rows = zip(*[_column(a, ranks) for a in args]) if args else [()] * len(ranks)
         results = {}
         rank = None
         try:
-            for rank in self._sorted_ranks:
-                rank_args = tuple(_at(a, rank) for a in args)
-                if kwargs:
+            if kwargs:
+                for rank, rank_args in zip(ranks, rows):
                     results[rank] = func(*rank_args, **{k: _at(v, rank) for k, v in kwargs.items()})
-                else:
+            else:
+                for rank, rank_args in zip(ranks, rows):
                     results[rank] = func(*rank_args)
         finally:
             # torch sets each rank's generator state before its call and leaves
@@ -177,6 +196,8 @@ class SimulatedRanksMode(LocalTensorMode):
                 out._sync_meta()
             return out
         out = combine(results, self.ranks)
+        if not self._aliasing[func]:
+            return out  # what torch's fix-up returns for an op that aliases nothing
         # Speed: a view's aliasing fix-up reads the wrappers' sizes, strides and
         # offsets through dispatch. With this mode off the stack (as it is inside
         # its own dispatch) each read made, entered and left a fresh
@@ -223,6 +244,24 @@ def _operand(value: Any, found: list) -> int:
     if isinstance(value, torch.Tensor) and not isinstance(value, LocalTensor):
         return _FOREIGN
     return _OTHER
+
+
+def _aliases(func: OpOverload) -> bool:
+    """Whether ``return_and_correct_aliasing`` does anything for ``func``:
+    a result that views an input, an in-place view, or a result that is an
+    input (torch returns the input)."""
+    info = alias_info(func)
+    return bool(info.read_only_alias_match_indexes or info.is_inplace_view_op
+                or info.outs_write_aliases is not None)
+
+
+def _column(value: Any, ranks: tuple[int, ...]) -> list:
+    """``value`` as each of ``ranks`` sees it (``_at``), in rank order."""
+    if type(value) is LocalTensor:
+        return list(map(value._local_tensors.__getitem__, ranks))
+    if type(value) is list or type(value) is tuple:
+        return [_at(value, rank) for rank in ranks]
+    return [value] * len(ranks)
 
 
 def _at(value: Any, rank: int) -> Any:

@@ -106,13 +106,9 @@ class SimulatedRanksMode(LocalTensorMode):
                 found: list = []
                 seen = _CONSTANT
                 for a in args:
-                    kind = _operand(a, found)
-                    if kind > seen:
-                        seen = kind
+                    seen = max(seen, _operand(a, found))
                 for a in kwargs.values():
-                    kind = _operand(a, found)
-                    if kind > seen:
-                        seen = kind
+                    seen = max(seen, _operand(a, found))
                 if seen == _FOREIGN:  # torch's first answer: another subclass handles it
                     return NotImplemented
                 if not found:

@@ -139,7 +139,8 @@ def _reads(mode_type: type) -> list:
                 view.is_contiguous(), a.numel(), u.size(), u.stride(), u.numel(),
                 u.t().stride(), u[1:].storage_offset()]
         outs = [a + plain, plain * a, torch.where(a > 0, plain, a), u * 2, u.t(),
-                torch.unbind(a, dim=1)[2], plain.clone()]
+                torch.unbind(a, dim=1)[2], plain.clone(), torch.zeros(2, 3), torch.arange(5),
+                torch.full((3,), 2.5), torch.empty_strided((2, 3), (1, 2)).fill_(1.0)]
         state = torch.get_rng_state()
     wrappers = [(type(o), o.shape, o.stride(), o.dtype, o.requires_grad,
                  str(torch._C._dispatch_keys(o)),

@@ -19,10 +19,12 @@ speed-ups that leave every rank's block computed as torch computes it.
    blocks it gets and the way the results are combined (and aliased) are
    torch's own; the generator is left in the state torch leaves it (the
    last rank's, whose state such an op does not change). Anything else
-   (random ops, factories, collectives, ``SymInt`` operands, a mode that
-   is disabled or not the enabled one) takes torch's own path; an operand of another tensor subclass (a
-   ``DTensor``, whose own dispatch runs next) gets torch's first answer,
-   ``NotImplemented``, without torch's pytree walk.
+   (random ops, collectives, ``SymInt`` operands, a mode that is disabled
+   or not the enabled one) takes torch's own path; an operand of another
+   tensor subclass (a ``DTensor``, whose own dispatch runs next) gets
+   torch's first answer, ``NotImplemented``, without torch's pytree walk.
+   A factory (``zeros``, ``arange``, ``empty_strided``: constants only)
+   takes the same loop.
 3. A view's aliasing fix-up (torch's ``return_and_correct_aliasing``) runs
    with this mode pushed back on the stack: its reads of the wrappers'
    sizes, strides and offsets come to this mode instead of each building,
@@ -114,9 +116,12 @@ class SimulatedRanksMode(LocalTensorMode):
                 if not found:
                     # torch's answer where no operand is a LocalTensor: the op
                     # itself, on plain tensors or with the mode disabled (a
-                    # device-mesh op of an enabled mode, or a factory, is torch's)
+                    # device-mesh op of an enabled mode is torch's); a factory
+                    # (constants only) runs on every rank
                     if self._disable or (seen == _PLAIN and func.namespace != "device_mesh"):
                         return func(*args, **kwargs)
+                    if seen == _CONSTANT and self._owns(found) and self._runs_each_rank(func):
+                        return self._each_rank(func, args, kwargs)
                 elif seen <= _PLAIN and not self._disable and self._owns(found):
                     read = _METADATA.get(func)
                     if read is not None and len(args) == 1 and not kwargs:

@@ -1,7 +1,8 @@
 """``runtime.simulator.SimulatedRanksMode`` against torch's own
 ``LocalTensorMode``: the same ops on the same per-rank blocks give the same
-blocks, aliasing and random-generator state, and the short per-rank loop
-is the one that ran them; ``jax_semantics()``'s mode is not called for the
+blocks, aliasing, wrappers, metadata reads and random-generator state, and
+the short paths are the ones that ran them (no torch fallback, no fresh
+mode per collective); ``jax_semantics()``'s mode is not called for the
 simulator's per-rank calls."""
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
+from torch.distributed._functional_collectives import all_reduce as funcol_all_reduce
 from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
 
 import parity
 from parity import torch_impl as ti
-from parity.torch_impl.runtime import simulator
+from parity.torch_impl.runtime import rank_results, simulator
+from parity.torch_impl.runtime.torch_compat import fake_store, funcol_all_gather_single
 from parity.torch_impl.semantics import mode as semantics_mode
 
 RANKS = 4
@@ -47,7 +51,9 @@ def _run(mode_type: type) -> tuple[list[dict], torch.Tensor, list[bool]]:
         state = torch.get_rng_state()
     blocks = [{r: t._local_tensors[r] for r in range(RANKS)} for t in outs]
     view = outs[2]  # a.view(-1): a view of a (return_and_correct_aliasing)
-    view_shares = [view._is_view(), view._base is a]
+    storage = a.untyped_storage()._cdata  # torch's aliasing fix-up: a view shares it
+    view_shares = [view._is_view(), view._base is a, view.untyped_storage()._cdata == storage,
+                   outs[0].untyped_storage()._cdata == storage]
     return blocks, state, view_shares
 
 
@@ -78,7 +84,7 @@ def test_the_short_loop_gives_torchs_blocks_aliasing_and_generator_state(monkeyp
         for r in range(RANKS):
             torch.testing.assert_close(got[r], want[r], rtol=0, atol=0)
     assert torch.equal(my_state, their_state)
-    assert my_views == their_views
+    assert my_views == their_views == [True, True, True, False]
     names = {str(f) for f in runs}
     assert {"aten.add.Tensor", "aten.mm.default", "aten.view.default", "aten.add_.Tensor",
             "aten.cat.default"} <= names
@@ -112,3 +118,114 @@ def test_jax_semantics_mode_never_sees_the_per_rank_calls(monkeypatch):
                                 torch.ops.aten.dim.default, torch.ops.aten.sym_size.default])
 def test_random_and_special_ops_take_torchs_loop(op):
     assert not simulator._plain_op(op)
+
+
+def _uneven(seed: int) -> dict[int, torch.Tensor]:
+    """Blocks whose first dim differs between ranks (an uneven shard)."""
+    g = torch.Generator().manual_seed(seed)
+    return {r: torch.randn((3 + r % 2, 5), generator=g) for r in range(RANKS)}
+
+
+def _reads(mode_type: type) -> list:
+    """Metadata reads, views, plain-tensor operands and result wrappers on
+    even and uneven blocks, as each mode answers them."""
+    torch.manual_seed(3)
+    even, uneven = _blocks(2, (4, 6)), _uneven(4)
+    plain = torch.linspace(-1.0, 1.0, 6)
+    with mode_type(RANKS):
+        a, u = LocalTensor(even), LocalTensor(uneven)
+        view = a[:, 1:4]
+        seen = [a.size(), a.dim(), a.stride(), view.stride(), view.storage_offset(),
+                view.is_contiguous(), a.numel(), u.size(), u.stride(), u.numel(),
+                u.t().stride(), u[1:].storage_offset()]
+        outs = [a + plain, plain * a, torch.where(a > 0, plain, a), u * 2, u.t(),
+                torch.unbind(a, dim=1)[2], plain.clone(), torch.zeros(2, 3), torch.arange(5),
+                torch.full((3,), 2.5), torch.empty_strided((2, 3), (1, 2)).fill_(1.0)]
+        state = torch.get_rng_state()
+    wrappers = [(type(o), o.shape, o.stride(), o.dtype, o.requires_grad,
+                 str(torch._C._dispatch_keys(o)),
+                 {r: o._local_tensors[r] for r in range(RANKS)} if type(o) is LocalTensor else o)
+                for o in outs]
+    return [repr(s) for s in seen], wrappers, state
+
+
+def test_metadata_reads_plain_operands_and_wrappers_match_torchs_mode(monkeypatch):
+    fallbacks = []  # ops the simulator hands to torch's own LocalTensorMode path
+    torch_path = LocalTensorMode.__torch_dispatch__
+
+    def recording(self, func, types, args=(), kwargs=None):
+        if type(self) is simulator.SimulatedRanksMode:
+            fallbacks.append(str(func))
+        return torch_path(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(LocalTensorMode, "__torch_dispatch__", recording)
+    mine = _reads(simulator.SimulatedRanksMode)
+    theirs = _reads(LocalTensorMode)
+    assert fallbacks == []
+    assert mine[0] == theirs[0]  # sizes, strides, offsets: uneven ones as per-rank SymInts
+    assert "LocalIntNode" in mine[0][7]  # the uneven blocks' first dim: one size per rank
+    for got, want in zip(mine[1], theirs[1]):
+        assert got[:6] == want[:6]
+        if isinstance(want[6], dict):
+            for r in range(RANKS):
+                torch.testing.assert_close(got[6][r], want[6][r], rtol=0, atol=0)
+        else:
+            torch.testing.assert_close(got[6], want[6], rtol=0, atol=0)
+    assert torch.equal(mine[2], theirs[2])
+
+
+def test_wrap_blocks_builds_torchs_wrapper():
+    blocks = _blocks(5, (3, 4))
+    ranks = frozenset(blocks)
+    mine = rank_results.wrap_blocks(dict(blocks), ranks)
+    theirs = LocalTensor(dict(blocks))
+    assert type(mine) is LocalTensor
+    for read in (lambda t: t.shape, lambda t: t.stride(), lambda t: t.dtype,
+                 lambda t: t.device, lambda t: t.layout, lambda t: t.requires_grad,
+                 lambda t: str(torch._C._dispatch_keys(t)), lambda t: t._ranks,
+                 lambda t: t._size, lambda t: type(t._size)):
+        assert read(mine) == read(theirs)
+    with pytest.raises(RuntimeError):  # the wrapper has no data, as torch's
+        mine.untyped_storage().data_ptr()
+    # Blocks that differ between ranks (or need torch's checks) are torch's to build.
+    assert rank_results.wrap_blocks(_uneven(6), ranks) is None
+    conj = {r: torch.ones(2, dtype=torch.complex64).conj() for r in range(RANKS)}
+    assert rank_results.wrap_blocks(conj, ranks) is None
+
+
+def test_functional_collectives_run_without_a_fresh_mode(monkeypatch):
+    FakeStore = fake_store()
+
+    def run(mode_type):
+        torch.manual_seed(11)
+        blocks = _blocks(8, (2, 3))
+        dist.init_process_group("fake", rank=0, world_size=RANKS, store=FakeStore())
+        try:
+            with mode_type(RANKS):
+                x = LocalTensor(blocks)
+                summed = funcol_all_reduce(x * 1.0, "sum", dist.group.WORLD)
+                gathered = funcol_all_gather_single(x, 0, dist.group.WORLD)
+                out = [summed.wait() if hasattr(summed, "wait") else summed,
+                       gathered.wait() if hasattr(gathered, "wait") else gathered]
+                state = torch.get_rng_state()
+            return [{r: o._local_tensors[r] for r in range(RANKS)} for o in out], state
+        finally:
+            dist.destroy_process_group()
+
+    built = []
+    init = LocalTensorMode.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(type(self))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalTensorMode, "__init__", counting)
+    mine, my_state = run(simulator.SimulatedRanksMode)
+    assert built == [simulator.SimulatedRanksMode]
+    theirs, their_state = run(LocalTensorMode)
+    assert built.count(LocalTensorMode) > 1  # torch's mode: a fresh one per collective
+    for got, want in zip(mine, theirs):
+        for r in range(RANKS):
+            torch.testing.assert_close(got[r], want[r], rtol=0, atol=0)
+    torch.testing.assert_close(mine[0][0], sum(_blocks(8, (2, 3)).values()))
+    assert torch.equal(my_state, their_state)

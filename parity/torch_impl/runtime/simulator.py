@@ -9,8 +9,9 @@ speed-ups that leave every rank's block computed as torch computes it.
    each of them and handed each back untouched. Measured on the Keras MLP
    step of ``benchmarks.keras_step`` (mesh 2 x 4): the mode's calls went
    from 3,656 to 793 per step.
-2. ``_each_rank``: a common op -- an ``aten`` op that draws no random
-   numbers, whose operands are ``LocalTensor``s of this mode's ranks and
+2. ``_each_rank``: a common op -- an ``aten`` op that draws no
+   random numbers, whose operands are ``LocalTensor``s of this mode's ranks,
+   plain tensors (each rank gets the same one, as in torch's loop) and
    constants, in at most lists and tuples -- runs through a shorter
    per-rank loop than torch's ``_for_each_rank_run_func``: no pytree
    flatten and unflatten per rank, and no save and restore of each rank's
@@ -18,15 +19,34 @@ speed-ups that leave every rank's block computed as torch computes it.
    blocks it gets and the way the results are combined (and aliased) are
    torch's own; the generator is left in the state torch leaves it (the
    last rank's, whose state such an op does not change). Anything else
-   (random ops, factories, collectives, ``SymInt`` operands, plain or other
-   tensors among the operands, a mode that is disabled or not the enabled
-   one) takes torch's own path; an operand of another tensor subclass (a
-   ``DTensor``, whose own dispatch runs next) gets torch's first answer,
-   ``NotImplemented``, without torch's pytree walk.
+   (random ops, collectives, ``SymInt`` operands, a mode that is disabled
+   or not the enabled one) takes torch's own path; an operand of another
+   tensor subclass (a ``DTensor``, whose own dispatch runs next) gets
+   torch's first answer, ``NotImplemented``, without torch's pytree walk.
+   A factory (``zeros``, ``arange``, ``empty_strided``: constants only)
+   takes the same loop.
 3. A view's aliasing fix-up (torch's ``return_and_correct_aliasing``) runs
    with this mode pushed back on the stack: its reads of the wrappers'
    sizes, strides and offsets come to this mode instead of each building,
    entering and leaving a fresh ``LocalTensorMode`` (about 150 us a read).
+4. Reads of a wrapper's metadata (``sym_size``, ``dim``, ``sym_stride``,
+   ``sym_storage_offset``, ``sym_numel``, ``numel``, ``is_contiguous``;
+   about half the ops a Keras step dispatches, most of them from the
+   aliasing fix-up above) are answered as torch answers them -- ``sym_size``
+   and ``dim`` from the wrapper's ``_size``, the others from each rank's
+   block, combined by torch's combine -- without an op call per rank
+   (4 us each through ``OpOverload``) and the aliasing fix-up of their
+   int results.
+5. Results are combined by ``rank_results.combine``: torch's wrapper,
+   built directly where every rank's block is alike.
+6. A functional collective torch runs as its composite kernel
+   (``all_reduce``, ``wait_tensor``, ...) runs with this mode pushed back
+   on the stack, where torch builds, enters and leaves a fresh
+   ``LocalTensorMode`` per call (cloning every rank's generator state and
+   patching the device mesh and random functions twice). The process
+   generator is left as torch's fresh mode leaves it (as it was on entry).
+   An op on plain tensors only (no ``LocalTensor``) is called as torch
+   calls it, without torch's pytree walk.
 """
 
 from __future__ import annotations
@@ -35,14 +55,18 @@ from typing import Any
 
 import torch
 
+from parity.torch_impl.runtime.rank_results import combine
 from parity.torch_impl.runtime.torch_compat import (
     FakeTensor,
     LocalTensor,
     LocalTensorMode,
     OpOverload,
+    alias_info,
     combine_rank_results,
+    composite_explicit_autograd,
     disable_torch_function,
     enabled_local_tensor_mode,
+    get_rng_state,
     is_inplace_op,
     pop_dispatch_mode,
     push_dispatch_mode,
@@ -60,7 +84,7 @@ _SPECIAL = frozenset({torch.ops.aten.split.Tensor,
 _SPECIAL_PACKETS = frozenset({torch.ops.aten.dim, torch.ops.aten.sym_size})
 # Whether this torch has every helper ``_each_rank`` ends with.
 _SHORT_LOOP = None not in (combine_rank_results, enabled_local_tensor_mode, is_inplace_op,
-                           set_rng_state)
+                           set_rng_state, get_rng_state)
 _SEEDED = torch.Tag.nondeterministic_seeded
 _INPLACE_VIEW = torch.Tag.inplace_view
 
@@ -72,40 +96,95 @@ class SimulatedRanksMode(LocalTensorMode):
         super().__init__(*args, **kwargs)
         self._sorted_ranks = tuple(sorted(self.ranks))
         self._plain_ops: dict[Any, bool] = {}  # op -> whether _each_rank may run it
+        # op -> whether its result needs torch's aliasing fix-up (a view, an
+        # in-place view, a result that is an input)
+        self._aliasing: dict[Any, bool] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         with disable_torch_function():
             if kwargs is None:
                 kwargs = {}
-            if not self._disable and _SHORT_LOOP:
+            if _SHORT_LOOP and type(func) is OpOverload:
                 found: list = []
-                seen = max(max((_operand(a, found) for a in args), default=_CONSTANT),
-                           max((_operand(v, found) for v in kwargs.values()), default=_CONSTANT))
+                seen = _CONSTANT
+                for a in args:
+                    seen = max(seen, _operand(a, found))
+                for a in kwargs.values():
+                    seen = max(seen, _operand(a, found))
                 if seen == _FOREIGN:  # torch's first answer: another subclass handles it
                     return NotImplemented
-                if seen == _CONSTANT and found and self._runs_each_rank(func, found):
-                    return self._each_rank(func, args, kwargs)
+                if not found:
+                    # torch's answer where no operand is a LocalTensor: the op
+                    # itself, on plain tensors or with the mode disabled (a
+                    # device-mesh op of an enabled mode is torch's); a factory
+                    # (constants only) runs on every rank
+                    if self._disable or (seen == _PLAIN and func.namespace != "device_mesh"):
+                        return func(*args, **kwargs)
+                    if seen == _CONSTANT and self._owns(found) and self._runs_each_rank(func):
+                        return self._each_rank(func, args, kwargs)
+                elif seen <= _PLAIN and not self._disable and self._owns(found):
+                    read = _METADATA.get(func)
+                    if read is not None and len(args) == 1 and not kwargs:
+                        return read(self, args[0])
+                    if self._runs_each_rank(func):
+                        return self._each_rank(func, args, kwargs)
+                    if (seen == _CONSTANT and func.namespace in _COMPOSITE_COLLECTIVES
+                            and func not in _OWN_COLLECTIVES):
+                        return self._composite_collective(func, args, kwargs)
             return super().__torch_dispatch__(func, types, args, kwargs)
 
-    def _runs_each_rank(self, func, found: list) -> bool:
+    def _owns(self, found: list) -> bool:
+        """Whether the ``LocalTensor`` operands are this mode's ranks' and
+        this mode is the enabled one, with a generator state for each rank."""
+        if any(t._ranks != self.ranks for t in found):
+            return False
+        # (``__enter__`` stores every rank's state, torch's loop replaces them)
+        return (enabled_local_tensor_mode() is self
+                and len(self._per_rank_rng_states) == len(self.ranks))
+
+    def _runs_each_rank(self, func) -> bool:
         plain = self._plain_ops.get(func)
         if plain is None:
             plain = self._plain_ops[func] = _plain_op(func)
-        if not plain or any(t._ranks != self.ranks for t in found):
-            return False
-        states = self._per_rank_rng_states
-        return (enabled_local_tensor_mode() is self and len(states) == len(self.ranks)
-                and all(r in states for r in self.ranks))
+            self._aliasing[func] = plain and _aliases(func)
+        return plain
+
+    def _read_each_rank(self, read, tensor: LocalTensor) -> Any:
+        """A metadata read (an int, a list of ints, a bool) of each rank's
+        block, combined, with the generator left as torch's loop leaves it."""
+        blocks = tensor._local_tensors
+        values = [read(blocks[rank]) for rank in self._sorted_ranks]
+        set_rng_state(*self._per_rank_rng_states[self._sorted_ranks[-1]])
+        first = values[0]
+        if values.count(first) == len(values):
+            return first  # torch's combine of equal ints (lists of ints): the value
+        return combine_rank_results(dict(zip(self._sorted_ranks, values)), None)
+
+    def _composite_collective(self, func, args: tuple, kwargs: dict) -> Any:
+        """``func``'s composite kernel run with this mode on the stack (torch
+        runs it under a fresh ``LocalTensorMode`` whose generator states are
+        copies of the process's: the process generator ends as it began)."""
+        entry_state = get_rng_state()
+        push_dispatch_mode(self)
+        try:
+            return func._op_dk(composite_explicit_autograd, *args, **kwargs)
+        finally:
+            pop_dispatch_mode()
+            set_rng_state(*entry_state)
 
     def _each_rank(self, func, args: tuple, kwargs: dict) -> Any:
+        ranks = self._sorted_ranks
+        # Each operand as every rank sees it (one column per operand), then
+        # each rank's operands (one row per rank).
+        rows = zip(*[_column(a, ranks) for a in args]) if args else [()] * len(ranks)
         results = {}
         rank = None
         try:
-            for rank in self._sorted_ranks:
-                rank_args = tuple(_at(a, rank) for a in args)
-                if kwargs:
+            if kwargs:
+                for rank, rank_args in zip(ranks, rows):
                     results[rank] = func(*rank_args, **{k: _at(v, rank) for k, v in kwargs.items()})
-                else:
+            else:
+                for rank, rank_args in zip(ranks, rows):
                     results[rank] = func(*rank_args)
         finally:
             # torch sets each rank's generator state before its call and leaves
@@ -117,7 +196,9 @@ class SimulatedRanksMode(LocalTensorMode):
             if _INPLACE_VIEW in func.tags:
                 out._sync_meta()
             return out
-        out = combine_rank_results(results, None)
+        out = combine(results, self.ranks)
+        if not self._aliasing[func]:
+            return out  # what torch's fix-up returns for an op that aliases nothing
         # Speed: a view's aliasing fix-up reads the wrappers' sizes, strides and
         # offsets through dispatch. With this mode off the stack (as it is inside
         # its own dispatch) each read made, entered and left a fresh
@@ -139,16 +220,18 @@ def _plain_op(func: Any) -> bool:
 
 
 # What ``_operand`` saw, in rising order: the highest over the operands decides.
-_CONSTANT, _OTHER, _FOREIGN = 0, 1, 2
+_CONSTANT, _PLAIN, _OTHER, _FOREIGN = 0, 1, 2, 3
 # Tensor types torch's simulator lets through as they are (its ``_check_for_subclass``).
 _UNWRAPPED = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer, FakeTensor)
 
 
 def _operand(value: Any, found: list) -> int:
     """``_CONSTANT`` for a ``LocalTensor`` (appended to ``found``), a
-    constant, or a list or tuple of those; ``_FOREIGN`` for another tensor
-    subclass (a ``DTensor``: torch's simulator answers ``NotImplemented``
-    before anything else); ``_OTHER`` for anything else (torch's own path)."""
+    constant, or a list or tuple of those; ``_PLAIN`` for a plain tensor
+    (``torch.Tensor``, ``Parameter``, ``Buffer``, ``FakeTensor``);
+    ``_FOREIGN`` for another tensor subclass (a ``DTensor``: torch's
+    simulator answers ``NotImplemented`` before anything else); ``_OTHER``
+    for anything else (torch's own path)."""
     kind = type(value)
     if kind is LocalTensor:
         found.append(value)
@@ -157,10 +240,29 @@ def _operand(value: Any, found: list) -> int:
         return _CONSTANT
     if kind is list or kind is tuple:
         return max((_operand(v, found) for v in value), default=_CONSTANT)
-    if isinstance(value, torch.Tensor) and kind not in _UNWRAPPED \
-            and not isinstance(value, LocalTensor):
+    if kind in _UNWRAPPED:
+        return _PLAIN
+    if isinstance(value, torch.Tensor) and not isinstance(value, LocalTensor):
         return _FOREIGN
     return _OTHER
+
+
+def _aliases(func: OpOverload) -> bool:
+    """Whether ``return_and_correct_aliasing`` does anything for ``func``:
+    a result that views an input, an in-place view, or a result that is an
+    input (torch returns the input)."""
+    info = alias_info(func)
+    return bool(info.read_only_alias_match_indexes or info.is_inplace_view_op
+                or info.outs_write_aliases is not None)
+
+
+def _column(value: Any, ranks: tuple[int, ...]) -> list:
+    """``value`` as each of ``ranks`` sees it (``_at``), in rank order."""
+    if type(value) is LocalTensor:
+        return list(map(value._local_tensors.__getitem__, ranks))
+    if type(value) is list or type(value) is tuple:
+        return [_at(value, rank) for rank in ranks]
+    return [value] * len(ranks)
 
 
 def _at(value: Any, rank: int) -> Any:
@@ -171,3 +273,33 @@ def _at(value: Any, rank: int) -> Any:
     if kind is list or kind is tuple:
         return kind(_at(v, rank) for v in value)
     return value
+
+
+# Metadata reads answered without an op call per rank: ``sym_size`` and
+# ``dim`` as torch's mode answers them (from the wrapper's sizes), the others
+# as its per-rank loop does (each rank's block, combined).
+_METADATA = {
+    torch.ops.aten.sym_size.default: lambda mode, t: tuple(t._size),
+    torch.ops.aten.dim.default: lambda mode, t: len(t._size),
+    torch.ops.aten.sym_stride.default: lambda mode, t: mode._read_each_rank(_strides, t),
+    torch.ops.aten.sym_storage_offset.default:
+        lambda mode, t: mode._read_each_rank(torch.Tensor.storage_offset, t),
+    torch.ops.aten.sym_numel.default: lambda mode, t: mode._read_each_rank(torch.Tensor.numel, t),
+    torch.ops.aten.numel.default: lambda mode, t: mode._read_each_rank(torch.Tensor.numel, t),
+    torch.ops.aten.is_contiguous.default:
+        lambda mode, t: mode._read_each_rank(torch.Tensor.is_contiguous, t),
+}
+# Collectives torch's mode runs as their composite kernel under a fresh mode
+# (those it maps to its own per-rank implementations take torch's path).
+_COMPOSITE_COLLECTIVES = frozenset({"_c10d_functional", "_dtensor"})
+_OWN_COLLECTIVES = frozenset({
+    torch.ops._dtensor.shard_dim_alltoall.default,
+    torch.ops._c10d_functional.all_gather_into_tensor.default,
+    torch.ops._c10d_functional.reduce_scatter_tensor.default,
+    torch.ops._c10d_functional.all_to_all_single.default,
+})
+
+
+def _strides(block: torch.Tensor) -> list[int]:
+    """``aten.sym_stride`` of a plain block: its strides as a list."""
+    return list(block.stride())

@@ -41,6 +41,7 @@ from torch.utils._python_dispatch import (
     _get_current_dispatch_mode_stack,
     _pop_mode,
     _push_mode,
+    get_alias_info,
     return_and_correct_aliasing,
 )
 
@@ -147,6 +148,15 @@ enabled_local_tensor_mode: Callable | None = getattr(_local_tensor, "enabled_loc
                                                      None)
 is_inplace_op: Callable | None = getattr(_local_tensor, "_is_inplace_op", None)
 set_rng_state: Callable | None = getattr(_local_tensor, "_set_rng_state", None)
+get_rng_state: Callable | None = getattr(_local_tensor, "_get_rng_state", None)
+composite_explicit_autograd = torch._C.DispatchKey.CompositeExplicitAutograd
+alias_info = get_alias_info  # an op's aliasing, as return_and_correct_aliasing reads it
+# What ``runtime.rank_results`` builds a ``LocalTensor`` wrapper with (as
+# ``LocalTensor.__new__`` does).
+make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+throw_on_mutable_data_ptr = torch._C._set_throw_on_mutable_data_ptr
+is_exporting = torch.compiler.is_exporting
+NO_EXTRA_DISPATCH_KEYS = torch._C.DispatchKeySet.from_raw_repr(0)
 
 
 def aot_runtime_wrappers():

@@ -341,6 +341,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if name == "__array_wrap__":
         return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
     if operands.needs_promotion(args, kwargs):
+        if operands.writes_gradient_into_plain(name, args, kwargs):
+            return operands.write_into_plain(func, args, kwargs)
         args, kwargs = operands.promote(args, kwargs, mesh)
     if rehomed:  # the same mesh as another object (an FSDP2 submesh): one mesh
         args, kwargs = operands.rehome(args, kwargs, mesh)

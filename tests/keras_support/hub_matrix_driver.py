@@ -17,6 +17,7 @@ the family cannot run.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import sys
@@ -57,8 +58,11 @@ def run(backend, family, mesh_text, steps):
     kind = KINDS.get(family, "causal_lm")
     with distribution.scope():
         backbone = backbone_cls(**kwargs)
+        task_cls = getattr(keras_hub.models, task_name)
         heads = {} if kind == "causal_lm" else {"num_classes": CLASSES}
-        task = getattr(keras_hub.models, task_name)(backbone=backbone, preprocessor=None, **heads)
+        if "dropout" in inspect.signature(task_cls.__init__).parameters:
+            heads["dropout"] = 0.0  # a classifier head's own dropout (DistilBERT's: 0.2)
+        task = task_cls(backbone=backbone, preprocessor=None, **heads)
         x, y, sw = task_data(kind, backbone, steps * BATCH)
         task.compile(optimizer=keras.optimizers.Adam(1e-2),
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -31,24 +31,29 @@ def derive_all() -> dict:
     import keras
     import keras_hub
     import numpy as np
-    from hub_families import FAMILIES
+    from hub_families import DERIVE_ONLY, FAMILIES
 
     from parity import keras_layout
 
     mesh = keras.distribution.DeviceMesh(
         (2, 4), ("batch", "model"), np.array([f"cpu:{i}" for i in range(8)]).reshape(2, 4))
+    backbones = {f: (b, kw, None) for f, (_, b, kw) in FAMILIES.items()} | DERIVE_ONLY
     out = {}
-    for family, (_, backbone, kwargs) in FAMILIES.items():
+    for family, (backbone, kwargs, untrained) in backbones.items():
         model = keras_layout.abstract_model(getattr(keras_hub.models, backbone), **kwargs)
         layout_map = keras_layout.layout_map_for(model, mesh)
         rep = keras_layout.report(model, layout_map)
         out[family] = {"sharded_fraction": round(rep.sharded_fraction, 4),
                        "device_bytes": rep.device_bytes, "total_bytes": rep.total_bytes,
                        "fallback_notes": len(rep.notes)}
+        if untrained:
+            out[family]["untrained"] = untrained
     return out
 
 
-def equal_cell(runs: dict, family: str) -> str:
+def equal_cell(runs: dict, family: str, untrained: str | None = None) -> str:
+    if untrained:
+        return f"not trained: {untrained}"
     cells = []
     for mesh in ("2x4", "1x8"):
         entry = runs.get(f"{family}:{mesh}")
@@ -69,7 +74,7 @@ def render(results: dict) -> str:
     for family, d in sorted(results["derived"].items()):
         lines.append(f"| {family} | {d['sharded_fraction']:.1%} | {d['device_bytes']:,} "
                      f"({d['total_bytes']:,}) | {d['fallback_notes']} | "
-                     f"{equal_cell(runs, family)} |")
+                     f"{equal_cell(runs, family, d.get('untrained'))} |")
     return "\n".join(lines)
 
 

@@ -158,8 +158,17 @@ def local_shape(variable, backend):
 
 
 def initial_weights(model):
+    """The same random starting value for each variable path on both
+    backends, in ``model.weights`` order (``set_weights``'s). Drawn by
+    path, not by position: Keras orders a model's variables by backend
+    (RWKV-7's ``output_norm`` comes second on JAX and after both layers on
+    torch), and same-shaped variables would swap values silently."""
+    paths = [v.path for v in model.weights]
+    assert len(set(paths)) == len(paths), "variable paths repeat: cannot key weights by path"
     rng = np.random.default_rng(1)
-    return [(rng.normal(size=w.shape) * 0.1).astype(w.dtype) for w in model.get_weights()]
+    shapes = {v.path: (tuple(v.shape), v.dtype) for v in model.weights}
+    by_path = {p: (rng.normal(size=shapes[p][0]) * 0.1).astype(shapes[p][1]) for p in sorted(paths)}
+    return [by_path[p] for p in paths]
 
 
 def process_rows(n_processes, rank, mesh_shape):

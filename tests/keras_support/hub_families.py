@@ -1,5 +1,9 @@
-"""Every decoder-LLM family of keras-hub 0.32.0 as a tiny random config
-(issue 27): ``FAMILIES[name] = (task class, backbone class, backbone kwargs)``.
+"""Every decoder-LLM family of keras-hub 0.32.0, and the encoder and vision
+families whose backbone has Dense/attention weights, as a tiny random
+config (issue 27): ``FAMILIES[name] = (task class, backbone class, backbone
+kwargs)``; ``KINDS[name]`` says what the task reads and predicts
+(``causal_lm`` unless listed); ``DERIVE_ONLY[name] = (backbone class,
+kwargs, why it is not trained)``: a derived map is checked, no training.
 
 The list is keras-hub's ``CausalLM`` subclasses whose backbone is a text
 decoder. Left out, with why: ``BLIP2CausalLM``, ``PaliGemmaCausalLM``,
@@ -9,7 +13,14 @@ decoder. Left out, with why: ``BLIP2CausalLM``, ``PaliGemmaCausalLM``,
 of ``SmolLM3CausalLM``), ``Qwen2CausalLM`` (``QwenBackbone``, covered by
 ``qwen``). Every config: 2 layers, hidden 32, 8 query heads and 2
 key/value heads (grouped-query: 2 divides neither model axis of 4 nor 8),
-4 experts where there are experts (divides 4, not 8).
+4 experts where there are experts (divides 4, not 8). Encoders: 2 layers,
+hidden 32, 8 heads, a 4-class classifier task; vision: 16x16 images in
+4x4 patches. Left out of the encoders, with why: ``t5``, ``bart``,
+``whisper``, ``moonshine``, ``t5gemma`` (encoder-decoder ``Seq2SeqLM``s, not
+run here), ``siglip``, ``clip``, ``metaclip_2`` (two-tower backbones with no
+task that trains them in keras-hub 0.32.0), ``swin_transformer``,
+``vit_det``, ``segformer``, ``mit`` (windowed or convolutional attention
+backbones, not derived here).
 """
 
 from __future__ import annotations
@@ -69,6 +80,39 @@ FAMILIES = {
                      layer_types=["full_attention"] * 2, mlp_bias=False,
                      layer_norm_epsilon=1e-6, max_position_embeddings=16, rope_theta=10000.0,
                      partial_rotary_factor=1.0)),
+}
+TEXT = dict(MHA, max_sequence_length=16)
+IMAGE = dict(image_shape=(16, 16, 3), patch_size=4, num_layers=2, num_heads=8, hidden_dim=HIDDEN)
+FAMILIES.update({
+    "albert": ("AlbertTextClassifier", "AlbertBackbone", dict(TEXT, embedding_dim=16)),
+    "bert": ("BertTextClassifier", "BertBackbone", dict(TEXT, dropout=0.0)),
+    "deberta_v3": ("DebertaV3TextClassifier", "DebertaV3Backbone",
+                   dict(TEXT, dropout=0.0, bucket_size=8)),
+    "distil_bert": ("DistilBertTextClassifier", "DistilBertBackbone", dict(TEXT, dropout=0.0)),
+    "esm": ("ESMProteinClassifier", "ESMBackbone", dict(TEXT, dropout=0.0)),
+    "f_net": ("FNetTextClassifier", "FNetBackbone",
+              dict(vocabulary_size=VOCAB, num_layers=2, hidden_dim=HIDDEN, intermediate_dim=64,
+                   max_sequence_length=16, dropout=0.0)),
+    "roberta": ("RobertaTextClassifier", "RobertaBackbone", dict(TEXT, dropout=0.0)),
+    "roformer_v2": ("RoformerV2TextClassifier", "RoformerV2Backbone",
+                    dict(MHA, head_size=4, dropout=0.0)),
+    "xlm_roberta": ("XLMRobertaTextClassifier", "XLMRobertaBackbone", dict(TEXT, dropout=0.0)),
+    "vit": ("ViTImageClassifier", "ViTBackbone", dict(IMAGE, mlp_dim=64)),
+    "deit": ("DeiTImageClassifier", "DeiTBackbone", dict(IMAGE, intermediate_dim=64)),
+})
+KINDS = {name: "text_classifier" for name in (
+    "albert", "bert", "deberta_v3", "distil_bert", "esm", "f_net", "roberta", "roformer_v2",
+    "xlm_roberta")} | {"vit": "image_classifier", "deit": "image_classifier"}
+DERIVE_ONLY = {
+    "electra": ("ElectraBackbone",
+                dict(vocab_size=VOCAB, num_layers=2, num_heads=8, hidden_dim=HIDDEN,
+                     embedding_dim=16, intermediate_dim=64, max_sequence_length=16),
+                "keras-hub 0.32.0 ships no Electra task to train"),
+    "dinov2": ("DINOV2Backbone",
+               dict(patch_size=4, num_layers=2, hidden_dim=HIDDEN, num_heads=8,
+                    intermediate_dim=64, image_shape=(16, 16, 3),
+                    position_embedding_shape=(16, 16, 3)),
+               "keras-hub 0.32.0 ships no DINOv2 task to train"),
 }
 # The five backbones that ship get_layout_map, in the configs
 # tests/keras_support/hub_driver.py trains (every head count divides 8, so

@@ -17,6 +17,7 @@ the family cannot run.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import sys
@@ -37,8 +38,8 @@ def run(backend, family, mesh_text, steps):
     import keras
     import keras_hub
 
-    from hub_driver import BATCH, data, initial_weights, spec_of, step_recorder
-    from hub_families import FAMILIES
+    from hub_driver import BATCH, initial_weights, spec_of, step_recorder
+    from hub_families import FAMILIES, KINDS
     from parity import keras_layout
 
     task_name, backbone_name, kwargs = FAMILIES[family]
@@ -54,10 +55,15 @@ def run(backend, family, mesh_text, steps):
         keras_layout.abstract_model(backbone_cls, **kwargs), mesh)
     distribution = keras.distribution.ModelParallel(layout_map=layout_map,
                                                     batch_dim_name="batch")
-    x, y, sw = data(family, steps)
+    kind = KINDS.get(family, "causal_lm")
     with distribution.scope():
-        task = getattr(keras_hub.models, task_name)(backbone=backbone_cls(**kwargs),
-                                                    preprocessor=None)
+        backbone = backbone_cls(**kwargs)
+        task_cls = getattr(keras_hub.models, task_name)
+        heads = {} if kind == "causal_lm" else {"num_classes": CLASSES}
+        if "dropout" in inspect.signature(task_cls.__init__).parameters:
+            heads["dropout"] = 0.0  # a classifier head's own dropout (DistilBERT's: 0.2)
+        task = task_cls(backbone=backbone, preprocessor=None, **heads)
+        x, y, sw = task_data(kind, backbone, steps * BATCH)
         task.compile(optimizer=keras.optimizers.Adam(1e-2),
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         task.set_weights(initial_weights(task))
@@ -87,6 +93,35 @@ def run(backend, family, mesh_text, steps):
             "notes": len(rep.notes),
             "mesh": list(mesh_shape),
         }
+
+
+CLASSES = 4
+
+
+def task_data(kind, backbone, n):
+    """``n`` rows of inputs, labels and sample weights for a task of this
+    kind (the same on both backends): token ids (every text input the
+    backbone takes: padding mask, segment ids) and next tokens for a
+    ``causal_lm``, a class per row for a ``text_classifier``, images of the
+    backbone's shape and a class per row for an ``image_classifier``."""
+    from hub_driver import SEQ, VOCAB
+
+    rng = np.random.default_rng(0)
+    if kind == "image_classifier":
+        images = rng.normal(size=(n, *backbone.image_shape)).astype("float32")
+        return images, rng.integers(0, CLASSES, size=(n,)).astype("int32"), None
+    names = set(backbone.input) if isinstance(backbone.input, dict) else {"token_ids"}
+    x = {"token_ids": rng.integers(1, VOCAB, size=(n, SEQ)).astype("int32")}
+    padding_mask = np.ones((n, SEQ), "int32")
+    padding_mask[::3, -2:] = 0
+    if "padding_mask" in names or kind == "causal_lm":
+        x["padding_mask"] = padding_mask
+    if "segment_ids" in names:
+        x["segment_ids"] = np.zeros((n, SEQ), "int32")
+    if kind == "text_classifier":
+        return x, rng.integers(0, CLASSES, size=(n,)).astype("int32"), None
+    y = rng.integers(0, VOCAB, size=(n, SEQ)).astype("int32")
+    return x, y, padding_mask.astype("float32")
 
 
 def one_line(err: BaseException) -> str:

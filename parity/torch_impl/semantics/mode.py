@@ -64,7 +64,7 @@ from parity.torch_impl.semantics import (
 from parity.torch_impl.collectives import gradient_buckets, redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
-from parity.torch_impl.semantics import explicit_check
+from parity.torch_impl.semantics import explicit_check, local_views
 from parity.torch_impl.semantics import random as random_ops
 from parity.errors import ParityError
 
@@ -127,6 +127,7 @@ class JaxSemantics:
             mode.defer = _state.defer
             mode.__enter__()
             _state.mode = mode
+            local_views.install(active)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -343,6 +344,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if name == "__array_wrap__":
         return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
     if operands.needs_promotion(args, kwargs):
+        if operands.writes_gradient_into_plain(name, args, kwargs):
+            return operands.write_into_plain(func, args, kwargs)
         args, kwargs = operands.promote(args, kwargs, mesh)
     if rehomed:  # the same mesh as another object (an FSDP2 submesh): one mesh
         args, kwargs = operands.rehome(args, kwargs, mesh)

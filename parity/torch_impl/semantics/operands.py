@@ -139,6 +139,38 @@ def needs_promotion(args: tuple, kwargs: dict) -> bool:
     return False
 
 
+def writes_gradient_into_plain(name: str, args: tuple, kwargs: dict) -> bool:
+    """Whether an in-place op (``name``: ``__setitem__``, ``copy_``,
+    ``add_`` ...) writes a DTensor that needs a gradient into a plain tensor
+    while autograd records (see ``write_into_plain``)."""
+    if not (args and isinstance(args[0], torch.Tensor) and not isinstance(args[0], DTensor)):
+        return False
+    if not torch.is_grad_enabled() or not (
+            (name.endswith("_") and not name.endswith("__")) or name == "__setitem__"
+            or name.startswith("__i")):
+        return False
+    return any(isinstance(v, DTensor) and v.requires_grad for v in _operands(args[1:], kwargs))
+
+
+def write_into_plain(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``func`` writing into the plain tensor ``args[0]`` with every DTensor
+    operand gathered to its full value (differentiable ``full_tensor``,
+    pending sums completed): the plain tensor is a replicated value, as a
+    host array is on JAX, and autograd records the write on it. Wrapping
+    the plain tensor in a replicated DTensor over its storage instead (what
+    ``promote`` does) records the write on that DTensor, and every later use
+    of the plain tensor drops the gradient (keras-hub RWKV-7 writes each
+    step into an ``ops.zeros`` buffer: ``out[:, t:t+1] = ...``)."""
+    def full(value):
+        if isinstance(value, DTensor):
+            return value.full_tensor()
+        if isinstance(value, _SEQ) and any(isinstance(v, DTensor) for v in value):
+            return type(value)(full(v) for v in value)
+        return value
+
+    return func(args[0], *(full(a) for a in args[1:]), **{k: full(v) for k, v in kwargs.items()})
+
+
 def replicate(value: Any, mesh) -> DTensor:
     """A plain tensor or numpy array as a DTensor replicated on ``mesh``.
 

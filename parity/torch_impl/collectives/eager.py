@@ -172,12 +172,21 @@ def _plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
 
 def _new_generation(now: object) -> None:
     """Forget the plans of the previous runtime generation (and with them
-    the meshes and process groups they hold)."""
+    the meshes and process groups they hold). Under dynamo (the traced
+    twins in ``traced.py`` call ``_prepare``), which cannot enter a lock,
+    without it: a trace runs on one thread."""
+    if torch.compiler.is_compiling():
+        _forget_plans(now)
+        return
     with state.lock:
-        _plans.clear()
-        for seen in _by_identity.values():
-            seen.clear()
-        _generation[0] = now
+        _forget_plans(now)
+
+
+def _forget_plans(now: object) -> None:
+    _plans.clear()
+    for seen in _by_identity.values():
+        seen.clear()
+    _generation[0] = now
 
 
 def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTensor, _Plan]:

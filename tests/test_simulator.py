@@ -229,3 +229,17 @@ def test_functional_collectives_run_without_a_fresh_mode(monkeypatch):
             torch.testing.assert_close(got[r], want[r], rtol=0, atol=0)
     torch.testing.assert_close(mine[0][0], sum(_blocks(8, (2, 3)).values()))
     assert torch.equal(my_state, their_state)
+
+
+def test_a_result_tuple_with_a_none_is_combined_as_torch_does():
+    # convolution_backward's bias gradient is None when the bias is absent:
+    # the short wrapper builder must hand such a result to torch's combiner.
+    blocks = _blocks(8, (3, 4))
+    ranks = frozenset(blocks)
+    out = rank_results.combine({r: (blocks[r], None) for r in range(RANKS)}, ranks)
+    theirs = torch.distributed._local_tensor._combine_rank_results(
+        {r: (blocks[r], None) for r in range(RANKS)}, None)
+    assert out[1] is None and theirs[1] is None
+    assert type(out[0]) is LocalTensor
+    for r in range(RANKS):
+        assert torch.equal(out[0]._local_tensors[r], theirs[0]._local_tensors[r])

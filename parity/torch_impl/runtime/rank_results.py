@@ -69,6 +69,8 @@ def wrap_blocks(blocks: dict[int, torch.Tensor], ranks: frozenset[int]) -> Local
     all alike (torch's constructor then decides what the wrapper is)."""
     values = iter(blocks.values())
     first = next(values)
+    if type(first) is not _TENSOR:  # e.g. an optional result (a bias grad) that is None
+        return None
     if first.requires_grad or first.is_conj() or first.is_neg() or is_exporting():
         return None
     shape, strides, dtype, device = first.shape, first.stride(), first.dtype, first.device

@@ -156,7 +156,7 @@ LAX = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute"
 
 def test_the_explicit_family_is_small_and_covers_each_lax_collective(cases):
     explicit = [c for c in cases if OPS[c.op].group == "explicit"]
-    assert len(explicit) == 48
+    assert len(explicit) == 60  # 48, and 12 on unreduced values (P(unreduced=))
     assert all(c.mesh_tag == "2x4" and c.axis_types == ("explicit", "explicit")
                for c in explicit)
     assert all(c.axis_types is None for c in cases if OPS[c.op].group != "explicit")
@@ -164,7 +164,9 @@ def test_the_explicit_family_is_small_and_covers_each_lax_collective(cases):
     assert {f"shard_map_{name}" for name in LAX} | {
         "explicit_matmul", "explicit_einsum", "explicit_add", "explicit_reshard",
         "explicit_with_sharding_constraint", "explicit_matmul_out_sharding",
-        "explicit_einsum_out_sharding", "explicit_dot_out_sharding"} == ops
+        "explicit_einsum_out_sharding", "explicit_dot_out_sharding", "explicit_unreduced_matmul",
+        "explicit_unreduced_add", "explicit_unreduced_sum", "explicit_unreduced_refused",
+        "explicit_unreduced_meets_reduced"} == ops
     graded = {c.op for c in explicit if c.grad}
     # JAX defines no gradient for pmax / pmin.
     assert graded == ops - {"shard_map_pmax", "shard_map_pmin"}

@@ -82,6 +82,21 @@ def timed_pairs(parity_fn: Callable[[], Any], raw_fn: Callable[[], Any], *, iter
     return samples[0], samples[1]
 
 
+def child_records(module: str, *args: str) -> list[dict[str, Any]]:
+    """The JSON lines ``python -m module *args`` prints, one dict each, run in
+    a child process from the repository root (for figures measured on a
+    process-wide fake process group). Raises
+    ``subprocess.CalledProcessError`` when the child fails."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parents[1])
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 

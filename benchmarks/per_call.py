@@ -156,17 +156,10 @@ def measure(calls: int = CALLS, blocks: int = BLOCKS) -> list[dict]:
 def rows(calls: int = CALLS) -> list:
     """The figures as benchmark rows, measured in a child process (the fake
     process group is process-wide). Raises when the child fails."""
-    import subprocess
-    from pathlib import Path
+    from benchmarks.common import Row, child_records
 
-    from benchmarks.common import Row
-
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.per_call", str(calls)],
-                          capture_output=True, text=True, check=True,
-                          cwd=Path(__file__).resolve().parents[1])
     out = []
-    for line in proc.stdout.splitlines():
-        data = json.loads(line)
+    for data in child_records("benchmarks.per_call", str(calls)):
         out.append(Row("per_call", data["case"] + " (fake group, 4 ranks)", data["parity_s"],
                        data["raw_s"], note=f"vs {data['baseline']}; best of {BLOCKS} blocks of "
                        f"{calls} calls (CPU time); +{(data['parity_s'] - data['raw_s']) * 1e6:.1f} us/call"))

@@ -27,7 +27,7 @@ import functools
 import json
 import sys
 
-from benchmarks.common import Row
+from benchmarks.common import Row, child_records
 from benchmarks.per_call import BLOCKS, best_pair
 
 WORLD = 4
@@ -85,15 +85,8 @@ def rows(quick: bool = False) -> list[Row]:
     """The figures as benchmark rows, measured in a child process (the fake
     process group is process-wide). Raises ``subprocess.CalledProcessError``
     when the child fails."""
-    import subprocess
-    from pathlib import Path
-
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.random_ops", *(["--quick"] if quick else [])],
-                          capture_output=True, text=True, check=True,
-                          cwd=Path(__file__).resolve().parents[1])
     out = []
-    for line in proc.stdout.splitlines():
-        data = json.loads(line)
+    for data in child_records("benchmarks.random_ops", *(["--quick"] if quick else [])):
         out.append(Row("random", data["case"] + " (fake group, 4 ranks)", data["parity_s"],
                        data["raw_s"], note=f"vs {data['baseline']}; best of blocks of "
                        f"{data['calls']} calls (CPU time)"))

@@ -28,19 +28,25 @@ def _all_reduces(comm: CommDebugMode) -> int:
     return sum(n for op, n in comm.get_comm_counts().items() if "all_reduce" in str(op))
 
 
+def _tp_mlp():
+    """``(x, [w1, w2], loss_fn)``: a tensor-parallel MLP on a (2, 2) mesh
+    (inside ``simulate(4)``)."""
+    mesh = DeviceMesh((2, 2), ("batch", "model"))
+    x = T.distribute_tensor(_host((8, 16), 0), TensorLayout(("batch", None), mesh))
+    params = [T.distribute_variable(_host((16, 32), 1), TensorLayout((None, "model"), mesh)),
+              T.distribute_variable(_host((32, 8), 2), TensorLayout(("model", None), mesh))]
+
+    def loss_fn():
+        return (torch.tanh(x @ params[0]) @ params[1] - 1).pow(2).mean()
+
+    return x, params, loss_fn
+
+
 @pytest.fixture
 def mlp():
-    """``(x, [w1, w2], loss_fn)`` on 4 simulated ranks, inside ``jax_semantics()``."""
+    """``_tp_mlp()`` on 4 simulated ranks, inside ``jax_semantics()``."""
     with T.simulate(4), T.jax_semantics():
-        mesh = DeviceMesh((2, 2), ("batch", "model"))
-        x = T.distribute_tensor(_host((8, 16), 0), TensorLayout(("batch", None), mesh))
-        params = [T.distribute_variable(_host((16, 32), 1), TensorLayout((None, "model"), mesh)),
-                  T.distribute_variable(_host((32, 8), 2), TensorLayout(("model", None), mesh))]
-
-        def loss_fn():
-            return (torch.tanh(x @ params[0]) @ params[1] - 1).pow(2).mean()
-
-        yield x, params, loss_fn
+        yield _tp_mlp()
 
 
 def _reference(params, loss_fn):
@@ -128,14 +134,7 @@ def test_a_pending_loss_is_reduced_with_the_gradients_under_defer():
     in the gradients' launch, and reading the loss afterwards launches
     nothing more. Loss and gradients equal the unbucketed ones."""
     with T.simulate(4), T.jax_semantics(defer=True):
-        mesh = DeviceMesh((2, 2), ("batch", "model"))
-        x = T.distribute_tensor(_host((8, 16), 0), TensorLayout(("batch", None), mesh))
-        params = [T.distribute_variable(_host((16, 32), 1), TensorLayout((None, "model"), mesh)),
-                  T.distribute_variable(_host((32, 8), 2), TensorLayout(("model", None), mesh))]
-
-        def loss_fn():
-            return (torch.tanh(x @ params[0]) @ params[1] - 1).pow(2).mean()
-
+        _, params, loss_fn = _tp_mlp()
         want, _ = _reference(params, loss_fn)
         want_loss = T.to_numpy(loss_fn())
         loss = loss_fn()

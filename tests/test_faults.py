@@ -165,6 +165,51 @@ def test_a_timeout_names_the_rank_stuck_outside_collectives(watchdogs):
     assert err.rank == 3 and "stuck outside any collective" in str(err)
 
 
+def _in_file(filename: str, body):
+    """Run ``body()`` from a function whose code claims ``filename``."""
+    scope = {"body": body}
+    exec(compile("def call():\n    return body()\n", filename, "exec"), scope)
+    return scope["call"]()
+
+
+def test_the_main_threads_stack_is_read_from_the_heartbeat_thread(watchdogs):
+    """The heartbeat's "inside a collective" flag: True while the main
+    thread runs code of ``torch/distributed`` (a function compiled under
+    such a name, blocked until the heartbeat thread has looked), False
+    otherwise. Read with faulthandler's dump (no frame objects made:
+    walking ``f_back`` from this thread crashed ranks under torch.compile)."""
+    import threading
+
+    dog = watchdogs[0]
+    seen: dict[str, bool] = {}
+
+    def look_from_another_thread(key: str) -> None:
+        thread = threading.Thread(target=lambda: seen.__setitem__(key, dog._main_in_collective()))
+        thread.start()
+        thread.join()
+
+    assert threading.current_thread() is threading.main_thread()
+    _in_file("/site-packages/torch/distributed/distributed_c10d.py",
+             lambda: look_from_another_thread("inside"))
+    _in_file("/home/user/train.py", lambda: look_from_another_thread("outside"))
+    assert seen == {"inside": True, "outside": False}
+
+
+def test_thread_files_takes_one_threads_frames_from_a_faulthandler_dump():
+    import faulthandler
+    import tempfile
+    import threading
+
+    with tempfile.TemporaryFile() as dump:
+        _in_file("/x/torch/distributed/fake.py", lambda: faulthandler.dump_traceback(dump))
+        dump.seek(0)
+        text = dump.read().decode()
+    files = watchdog.thread_files(text, threading.main_thread().ident)
+    # most recent first: the lambda that dumped, then the function it ran in
+    assert files[0] == __file__ and files[1] == "/x/torch/distributed/fake.py", text
+    assert watchdog.thread_files(text, 12345) == []
+
+
 def test_other_errors_are_not_distributed_errors():
     assert not is_distributed_error(ValueError("bad layout"))
     assert not is_distributed_error(RuntimeError("shape mismatch"))

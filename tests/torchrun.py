@@ -27,5 +27,5 @@ def run_torchrun(
     ]
     proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=timeout)
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-6000:]
+    assert proc.returncode == 0, output[-12000:]
     return output

@@ -43,9 +43,12 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import faulthandler
 import os
+import re
 import socket
 import sys
+import tempfile
 import threading
 import time
 
@@ -60,6 +63,27 @@ from parity.torch_impl.runtime.fault_diagnosis import (
 from parity.torch_impl.runtime.torch_compat import default_store
 
 _PREFIX = "parity/faults/"
+
+_THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x([0-9a-fA-F]+) ")
+_FRAME_LINE = re.compile(r'^  File "(.*)", line ')
+
+
+def thread_files(dump: str, ident: int) -> list[str]:
+    """The file names on thread ``ident``'s stack, most recent call first, in
+    ``dump`` (what ``faulthandler.dump_traceback(all_threads=True)`` wrote);
+    ``[]`` when the thread is not in it."""
+    files: list[str] = []
+    inside = False
+    for line in dump.splitlines():
+        header = _THREAD_HEADER.match(line)
+        if header:
+            inside = int(header.group(1), 16) == ident
+            continue
+        frame = _FRAME_LINE.match(line)
+        if inside and frame:
+            files.append(frame.group(1))
+    return files
+
 
 
 def _env_float(name: str, default: float) -> float:
@@ -111,6 +135,7 @@ class Watchdog:
         self._reported = threading.Lock()
         self._done = False
         self._main_ident = threading.main_thread().ident
+        self._stack_dump = tempfile.TemporaryFile(buffering=0)  # faulthandler writes to a file descriptor
         self._thread = threading.Thread(target=self._loop, name="parity-watchdog", daemon=True)
 
     # -- store protocol -------------------------------------------------
@@ -138,13 +163,25 @@ class Watchdog:
             self.store.set(self._key("hb", self.rank), value)
 
     def _main_in_collective(self) -> bool:
-        frame = sys._current_frames().get(self._main_ident)
-        while frame is not None:
-            name = frame.f_code.co_filename
-            if "torch/distributed" in name or "torch\\distributed" in name:
-                return True
-            frame = frame.f_back
-        return False
+        """Whether the main thread is inside ``torch.distributed`` (one of its
+        files is on the main thread's Python stack).
+
+        The stack is read as ``faulthandler`` reads it: one C call that holds
+        the GIL from the first frame to the last and makes no frame objects.
+        Walking ``sys._current_frames()[main].f_back`` from this thread, as
+        this did before, let the main thread run between two steps of the
+        walk; under ``torch.compile`` (CPython 3.11) a frame object made for
+        one of dynamo's frames could then point at freed memory, and the
+        next ``f_back`` killed the rank with SIGSEGV (measured: with a 2 ms
+        heartbeat, within three compiled steps on 4 gloo ranks).
+        """
+        dump = self._stack_dump
+        dump.seek(0)
+        dump.truncate()
+        faulthandler.dump_traceback(dump, all_threads=True)
+        dump.seek(0)
+        files = thread_files(dump.read().decode("utf-8", "replace"), self._main_ident)
+        return any("torch/distributed" in name or "torch\\distributed" in name for name in files)
 
     def _refresh(self) -> bool:
         """Read every peer's heartbeat and exit marker; False when the store is gone."""

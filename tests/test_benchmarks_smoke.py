@@ -79,7 +79,7 @@ def test_the_eager_profile_account_is_a_results_file_the_generator_accepts(tmp_p
     from benchmarks import keras_eager_profile as kep
 
     def rank(r):
-        return {"rank": r, "wall_ms": 80.0 + r,
+        return {"rank": r, "wall_ms": 80.0 + r, "cpu_ms": 20.0 + r,
                 "profiler": {"aten_self_ms": 10.0, "collectives_self_ms": 5.0, "other_self_ms": 60.0,
                              "aten_ops": 813.0, "collectives_per_step": {"c10d::allreduce_": 1.0}},
                 "calls": {name: 2.0 for name in kep.COUNTED},
@@ -90,7 +90,7 @@ def test_the_eager_profile_account_is_a_results_file_the_generator_accepts(tmp_p
     summary = {"steps": 10, "load": "1.0 -> 1.2", "command": "python -m benchmarks.keras_eager_profile",
                "ranks": [rank(0), rank(1)]}
     path = tmp_path / "bench-eager-profile.json"
-    path.write_text(json.dumps(kep.measurement(summary, 40.0)))
+    path.write_text(json.dumps(kep.measurement(summary, 40.0, 9.0)))
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("measurements_for_profile", root / "scripts" / "measurements.py")
     measurements = importlib.util.module_from_spec(spec)
@@ -101,7 +101,9 @@ def test_the_eager_profile_account_is_a_results_file_the_generator_accepts(tmp_p
     cells = {row[0]: row[1:] for row in table.rows}
     assert cells["step wall time, unprofiled median"] == ("80.0 ms", "81.0 ms")
     assert cells["DTensor.redistribute: by caller"] == ("2 from collectives/x.py:f",) * 2
-    assert cells["JAX jit of the same step on 2 gloo processes (rank 0)"] == ("40.0 ms", "-")
+    assert cells["step CPU time (the process, all threads), unprofiled"] == ("20.0 ms", "21.0 ms")
+    assert cells["JAX jit of the same step on 2 gloo processes (rank 0): wall, CPU"] == (
+        "40.0 ms, 9.0 ms", "-")
 
 
 def test_the_random_rows_measure_every_mode_against_plain_torch():

@@ -37,6 +37,7 @@ from parity.torch_impl.runtime.torch_compat import (
     aot_backend,
     boxed,
     bucket_all_reduces,
+    inductor_option_is_default,
     inductor_option_patcher,
 )
 
@@ -64,6 +65,10 @@ def _nothing() -> None:
     return None
 
 
+_OPTION = "bucket_all_reduces_fx"
+_patcher: list[Callable[[], Callable[[], None]]] = []  # made once: it costs a microsecond
+
+
 def inductor_buckets() -> Callable[[], None]:
     """Inductor's all-reduce bucketing (``bucket_all_reduces_fx = "all"``)
     on for this thread; returns the undo, which restores the option as it
@@ -71,5 +76,8 @@ def inductor_buckets() -> Callable[[], None]:
     environment set the option. ``jax_semantics()`` calls it when its
     outermost scope on a thread opens and undoes it when that scope
     closes."""
-    patch = inductor_option_patcher("bucket_all_reduces_fx", "all")
-    return _nothing if patch is None else patch()
+    if not inductor_option_is_default(_OPTION):
+        return _nothing
+    if not _patcher:
+        _patcher.append(inductor_option_patcher(_OPTION, "all"))
+    return _patcher[0]()

@@ -3,8 +3,10 @@ in JAX's compiled HLO for the same step, mesh and layouts (issue 24, item 5).
 
 The counts come from the workers ``tests/test_collective_counts.py`` pins:
 parity's side from ``tests/multiprocess/collective_count_worker.py`` (the
-tensor-parallel MLP, mesh (2, 2) ``batch, model``, 4 gloo ranks, eager and
-under ``torch.compile(backend="aot_eager")``) and
+tensor-parallel MLP, mesh (2, 2) ``batch, model``, 4 gloo ranks, eager,
+under ``torch.compile(backend="aot_eager")``, under parity's
+``aot_eager_bucketed`` and under ``torch.compile(step)`` with no backend
+named -- inductor, whose all-reduce bucketing ``jax_semantics()`` turns on) and
 ``keras_collective_count_worker.py`` (the Keras parity driver's MLP and transformer block on mesh
 (1, 2), 2 gloo ranks, eager ``train_on_batch``), counted from the profiler's
 process-group events; JAX's side from that test file run as a script (the
@@ -31,6 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 COUNTS_SCRIPT = TESTS / "test_collective_counts.py"
 KERAS_MODELS = ("mlp", "transformer")
+# the worker's runs of the TP MLP on (2, 2) -> the row's words
+MLP_RUNS = {"eager": "eager", "compiled": "compiled (aot_eager)",
+            "compiled bucketed": "compiled (parity's aot_eager_bucketed)",
+            "compiled default": "compiled (torch.compile(step): inductor)"}
 
 
 class CountRunFailed(RuntimeError):
@@ -87,7 +93,7 @@ def _row(case: str, parity: dict, jax: dict) -> Row:
 
 
 def run(cfg: dict) -> list[Row]:
-    """The rows: TP MLP on (2, 2) eager and compiled, the Keras MLP and transformer block on (1, 2).
+    """The rows: TP MLP on (2, 2) eager and compiled three ways, the Keras MLP and transformer block on (1, 2).
     JAX's children run before the gloo ranks, never beside them (XLA:CPU
     aborts a collective whose device threads are starved for 40 s)."""
     timeout = cfg.get("counts_timeout_s", 600)
@@ -95,10 +101,9 @@ def run(cfg: dict) -> list[Row]:
     try:
         jax_mlp = jax_counts(("2d",), 4, timeout)
         mlp = parity_counts("collective_count_worker.py", 4, ("2d",), timeout)
-        for run_name in ("eager", "compiled"):
-            rows.append(_row(f"TP MLP step, mesh (2, 2), 4 gloo ranks, {run_name}"
-                             + (" (aot_eager)" if run_name == "compiled" else "")
-                             + ": launches vs JAX's HLO", mlp[run_name], jax_mlp))
+        for run_name, label in MLP_RUNS.items():
+            rows.append(_row(f"TP MLP step, mesh (2, 2), 4 gloo ranks, {label}: "
+                             "launches vs JAX's HLO", mlp[run_name], jax_mlp))
     except (CountRunFailed, subprocess.TimeoutExpired) as err:
         rows.append(Row("collective_counts", "TP MLP step, mesh (2, 2)", status=f"error: {err}"[:300]))
     try:

@@ -44,18 +44,24 @@ def _load() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def _median_step(fn, steps: int, warmup: int, sync=None) -> float:
+def _median_step(fn, steps: int, warmup: int, sync=None) -> dict:
+    """``step_s``: the median step's wall time; ``cpu_s``: this process's
+    CPU time (all its threads) per step over the same steps -- on a machine
+    shared with other jobs the wall time holds the time others held the
+    cores, the CPU time does not."""
     for _ in range(warmup):
         fn()
     times = []
+    cpu_start = time.process_time()
     for _ in range(steps):
         start = time.perf_counter()
         fn()
         if sync is not None:
             sync()
         times.append(time.perf_counter() - start)
+    cpu = (time.process_time() - cpu_start) / steps
     times.sort()
-    return times[len(times) // 2]
+    return {"step_s": times[len(times) // 2], "cpu_s": cpu}
 
 
 def sgd_step(x, w1, w2):
@@ -97,7 +103,7 @@ def torch_rank(steps: int, warmup: int, backend: str, out: str) -> None:
             start = time.perf_counter()
             fn()
             first = time.perf_counter() - start
-            result[name] = {"step_s": _median_step(fn, steps, warmup), "first_call_s": first}
+            result[name] = {**_median_step(fn, steps, warmup), "first_call_s": first}
     if ti.process_id() == 0:
         Path(out).write_text(json.dumps(result))
 
@@ -241,7 +247,7 @@ def jax_child(world: int, steps: int, warmup: int) -> dict:
     from jax.sharding import Mesh
 
     mesh = Mesh(np.array(jax.devices()[:world]), ("model",))
-    return {"step_s": _median_step(_jax_step(mesh, jax.device_put), steps, warmup)}
+    return _median_step(_jax_step(mesh, jax.device_put), steps, warmup)
 
 
 def _jax_step(mesh, put):
@@ -292,7 +298,7 @@ def jax_process(steps: int, warmup: int, world: int, process_id: int, port: int,
     def put(value, sharding):  # each process holds only its own shards
         return jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])
 
-    result = {"step_s": _median_step(_jax_step(mesh, put), steps, warmup)}
+    result = _median_step(_jax_step(mesh, put), steps, warmup)
     if process_id == 0:
         Path(out).write_text(json.dumps(result))
 
@@ -342,6 +348,8 @@ def measure_steps(world: int, steps: int, warmup: int, backend: str, env: dict) 
             "compiled_over_jax": compiled / jitted, "eager_over_jax": eager / jitted,
             "compile_first_call_s": torch_res["compiled"]["first_call_s"],
             "jax_jit_gloo_processes_s": jax_mp["step_s"],
+            "cpu_s": {"eager": torch_res["eager"]["cpu_s"], "compiled": torch_res["compiled"]["cpu_s"],
+                      "jax_gloo_processes": jax_mp["cpu_s"]},
             "compiled_over_jax_gloo_processes": compiled / jax_mp["step_s"],
             "load": _load()}
 
@@ -376,13 +384,21 @@ def rows(cfg: dict, families: set[str]) -> list[Row]:
             s = measure_steps(world, steps, 3, backend, env)
             note = (f"JAX jit on {world} processes over gloo; median of {steps} steps, rank 0; "
                     f"JAX in one process {s['jax_jit_s'] * 1e3:.2f} ms; load {s['load']}")
+            cpu = s["cpu_s"]
+
+            def cpu_note(run: str) -> str:
+                return (f"; CPU per step (rank 0, all threads) {cpu[run] * 1e3:.2f} ms vs JAX's "
+                        f"{cpu['jax_gloo_processes'] * 1e3:.2f} ms "
+                        f"({cpu[run] / cpu['jax_gloo_processes']:.2f}x)")
+
             out.append(Row("gloo_step", f"{model} eager step, {world} gloo ranks vs JAX jit on "
                            f"{world} gloo processes", s["eager_s"], s["jax_jit_gloo_processes_s"],
-                           goal=EAGER_GOAL, note=note))
+                           goal=EAGER_GOAL, note=note + cpu_note("eager")))
             out.append(Row("gloo_step", f"{model} compiled step ({backend}), {world} gloo ranks vs "
                            f"JAX jit on {world} gloo processes", s["compiled_s"],
                            s["jax_jit_gloo_processes_s"], goal=COMPILED_GOAL,
-                           note=note + f"; first compiled call {s['compile_first_call_s']:.1f} s"))
+                           note=note + cpu_note("compiled")
+                           + f"; first compiled call {s['compile_first_call_s']:.1f} s"))
         except StepRunFailed as err:
             out.append(Row("gloo_step", f"{model} step, {world} gloo ranks", status=f"error: {err}"[:300]))
     return out
@@ -423,6 +439,9 @@ def main() -> None:
     print(f"  JAX jit          {jitted * 1e3:8.2f} ms  ({a.world} devices in one process)")
     print(f"  JAX jit          {summary['jax_jit_gloo_processes_s'] * 1e3:8.2f} ms  ({a.world} processes, gloo; "
           f"compiled is {summary['compiled_over_jax_gloo_processes']:.2f}x this)")
+    cpu = summary["cpu_s"]
+    print("  CPU per step (all threads, rank 0): " + ", ".join(
+        f"{k} {v * 1e3:.2f} ms" for k, v in cpu.items()))
     print(f"  load average {summary['load']}")
 
 

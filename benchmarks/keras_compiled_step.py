@@ -92,13 +92,15 @@ def _time_steps(step, steps: int, warmup: int) -> dict:
     for _ in range(warmup):
         step()
     times = []
+    cpu_start = time.process_time()
     for _ in range(steps):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
+    cpu = (time.process_time() - cpu_start) / steps  # this process's CPU, all threads
     times.sort()
     return {"step_s": times[len(times) // 2], "first_call_s": first,
-            "min_s": times[0], "max_s": times[-1]}
+            "min_s": times[0], "max_s": times[-1], "cpu_s": cpu}
 
 
 def _eager_dispatch(step, n: int) -> dict:

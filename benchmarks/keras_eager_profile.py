@@ -7,7 +7,10 @@ kernels, the ``.*dense.*output`` layouts, global batch 16, Adam), eager
 ``train_on_batch`` on 2 gloo ranks started by torchrun, one thread each.
 Per rank, after 3 warm-up steps:
 
-* ``wall_ms``: the median unprofiled step;
+* ``wall_ms``: the median unprofiled step; ``cpu_ms``: the process's CPU
+  time per step (all its threads) over the same steps -- on a machine
+  shared with other jobs the wall time holds the time others held the
+  cores and the waits for the other rank, the CPU time does not;
 * ``profiler``: ``torch.profiler``'s self CPU time per step of the aten ops
   (the arithmetic JAX also does), of the process-group collectives and of
   everything else, the aten op count, the collectives by name;
@@ -17,8 +20,10 @@ Per rank, after 3 warm-up steps:
   mode dispatch, parity's collectives), from cProfile;
 * ``python_self_ms``: cProfile's self time per step grouped by where the
   Python lives (parity's Keras glue, parity's mode, parity's other layers,
-  DTensor, the rest of torch, Keras, C calls, the collectives) -- cProfile slows Python
-  down, so these are shares, not times;
+  DTensor, the rest of torch, Keras, C calls, the collectives) -- cProfile
+  times the main thread's CPU (``time.thread_time``: no waits, no time other
+  jobs held the core, not gloo's own threads) and slows Python down, so
+  these are shares, not times;
 * ``top``: the functions with the most self time.
 
     python -m benchmarks.keras_eager_profile [--steps 10] [--dump DIR] [--results FILE]
@@ -115,7 +120,7 @@ def _short(path: str, fn: str) -> str:
 
 
 def _cprofile_account(step, n: int, dump: str | None) -> dict:
-    profiler = cProfile.Profile()
+    profiler = cProfile.Profile(time.thread_time)  # this thread's CPU: waits and load left out
     profiler.enable()
     for _ in range(n):
         step()
@@ -173,11 +178,14 @@ def torch_rank(steps: int, out: str, dump: str | None) -> None:
         for _ in range(3):
             step()
         times = []
+        cpu_start = time.process_time()
         for _ in range(steps):
             start = time.perf_counter()
             step()
             times.append(time.perf_counter() - start)
+        cpu_ms = (time.process_time() - cpu_start) * 1e3 / steps
         result = {"rank": rank, "wall_ms": round(statistics.median(times) * 1e3, 3),
+                  "cpu_ms": round(cpu_ms, 3),
                   "profiler": _profiler_account(step, steps), **_cprofile_account(step, steps, dump and f"{dump}/rank{rank}.pstats")}
     Path(f"{out}.rank{rank}.json").write_text(json.dumps(result))
 
@@ -187,7 +195,7 @@ def _load() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def measurement(summary: dict, jax_ms: float) -> dict:
+def measurement(summary: dict, jax_ms: float, jax_cpu_ms: float) -> dict:
     """The run as a ``parity.measurement/1`` results file (``scripts/measurements.py``
     renders it into benchmarks/README.md): per step, rank 0 and rank 1."""
     import datetime
@@ -205,7 +213,10 @@ def measurement(summary: dict, jax_ms: float) -> dict:
 
     rows = [
         ["step wall time, unprofiled median", *each(lambda r: f"{r['wall_ms']:.1f} ms")],
-        ["JAX jit of the same step on 2 gloo processes (rank 0)", f"{jax_ms:.1f} ms", "-"],
+        ["step CPU time (the process, all threads), unprofiled",
+         *each(lambda r: f"{r['cpu_ms']:.1f} ms")],
+        ["JAX jit of the same step on 2 gloo processes (rank 0): wall, CPU",
+         f"{jax_ms:.1f} ms, {jax_cpu_ms:.1f} ms", "-"],
         ["aten ops: count, self CPU (torch.profiler)",
          *each(lambda r: f"{r['profiler']['aten_ops']:.0f}, {r['profiler']['aten_self_ms']:.1f} ms")],
         ["process-group collectives: launches, self CPU incl. waiting (torch.profiler)",
@@ -234,8 +245,8 @@ def measurement(summary: dict, jax_ms: float) -> dict:
         "command": summary["command"], "source": "this run (benchmarks/keras_eager_profile.py)",
         "text": (f"Keras MLP `mlp:mp` (the parity driver's), mesh (1, 2), global batch 16, Adam, "
                  f"eager `train_on_batch`, per step over {summary['steps']} steps after 3 warm-up "
-                 "steps. cProfile slows Python down: its times are shares, the wall time and "
-                 "torch.profiler's are the step's."),
+                 "steps. cProfile times the main thread's CPU and slows Python down: its times "
+                 "are shares; the wall and CPU times and torch.profiler's are the step's."),
         "columns": ["per step", "rank 0", "rank 1"], "rows": rows,
     }
 
@@ -269,29 +280,31 @@ def main() -> None:
         ranks = [json.loads(Path(f"{out}.rank{r}.json").read_text()) for r in range(WORLD)]
     # JAX's jitted step on the torch ranks' terms, after the ranks (never beside them)
     jax = kcs._run_jax_processes(SimpleNamespace(models="mlp", steps=a.steps, warmup=3), [], env)
-    jax_ms = jax["mlp"]["step_s"] * 1e3
+    jax_ms, jax_cpu_ms = jax["mlp"]["step_s"] * 1e3, jax["mlp"]["cpu_s"] * 1e3
     command = "python -m benchmarks.keras_eager_profile" + (f" --steps {a.steps}" if a.steps != 10 else "")
     summary = {"model": "keras mlp:mp, mesh (1, 2), global batch 16, Adam", "steps": a.steps,
                "load": f"{load_before} -> {_load()}", "command": command,
-               "jax_gloo_processes_ms": round(jax_ms, 3), "ranks": ranks}
+               "jax_gloo_processes_ms": round(jax_ms, 3),
+               "jax_gloo_processes_cpu_ms": round(jax_cpu_ms, 3), "ranks": ranks}
     print(json.dumps(summary))
     for r in ranks:
         prof = r["profiler"]
-        print(f"rank {r['rank']}: step {r['wall_ms']:.2f} ms (unprofiled median; JAX on gloo "
-              f"processes {jax_ms:.2f} ms); profiler self CPU per step: aten "
+        print(f"rank {r['rank']}: step {r['wall_ms']:.2f} ms, CPU {r['cpu_ms']:.2f} ms "
+              f"(unprofiled; JAX on gloo processes {jax_ms:.2f} ms, CPU {jax_cpu_ms:.2f} ms); "
+              "profiler self CPU per step: aten "
               f"{prof['aten_self_ms']:.2f} ms ({prof['aten_ops']:.0f} ops), collectives "
               f"{prof['collectives_self_ms']:.2f} ms {prof['collectives_per_step']}, other "
               f"{prof['other_self_ms']:.2f} ms")
         print("  calls per step (cumulative ms): " + ", ".join(
             f"{k} {v:g} ({r['cumulative_ms'][k]:.1f})" for k, v in r["calls"].items()))
         print(f"  callers: {r['callers']}")
-        print("  Python self ms per step (cProfile, inflated): "
+        print("  Python self CPU ms per step (cProfile, inflated): "
               + ", ".join(f"{k} {v:.2f}" for k, v in r["python_self_ms"].items()))
         for ms, c, name in r["top"][:12]:
             print(f"    {ms:8.3f} ms {c:7.1f} calls  {name}")
     print(f"load {summary['load']}")
     if a.results:
-        Path(a.results).write_text(json.dumps(measurement(summary, jax_ms), indent=1) + "\n")
+        Path(a.results).write_text(json.dumps(measurement(summary, jax_ms, jax_cpu_ms), indent=1) + "\n")
         print(f"wrote {a.results}")
 
 

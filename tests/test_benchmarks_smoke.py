@@ -79,7 +79,7 @@ def test_the_eager_profile_account_is_a_results_file_the_generator_accepts(tmp_p
     from benchmarks import keras_eager_profile as kep
 
     def rank(r):
-        return {"rank": r, "wall_ms": 80.0 + r,
+        return {"rank": r, "wall_ms": 80.0 + r, "cpu_ms": 20.0 + r,
                 "profiler": {"aten_self_ms": 10.0, "collectives_self_ms": 5.0, "other_self_ms": 60.0,
                              "aten_ops": 813.0, "collectives_per_step": {"c10d::allreduce_": 1.0}},
                 "calls": {name: 2.0 for name in kep.COUNTED},
@@ -90,7 +90,7 @@ def test_the_eager_profile_account_is_a_results_file_the_generator_accepts(tmp_p
     summary = {"steps": 10, "load": "1.0 -> 1.2", "command": "python -m benchmarks.keras_eager_profile",
                "ranks": [rank(0), rank(1)]}
     path = tmp_path / "bench-eager-profile.json"
-    path.write_text(json.dumps(kep.measurement(summary, 40.0)))
+    path.write_text(json.dumps(kep.measurement(summary, 40.0, 9.0)))
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("measurements_for_profile", root / "scripts" / "measurements.py")
     measurements = importlib.util.module_from_spec(spec)
@@ -101,7 +101,38 @@ def test_the_eager_profile_account_is_a_results_file_the_generator_accepts(tmp_p
     cells = {row[0]: row[1:] for row in table.rows}
     assert cells["step wall time, unprofiled median"] == ("80.0 ms", "81.0 ms")
     assert cells["DTensor.redistribute: by caller"] == ("2 from collectives/x.py:f",) * 2
-    assert cells["JAX jit of the same step on 2 gloo processes (rank 0)"] == ("40.0 ms", "-")
+    assert cells["step CPU time (the process, all threads), unprofiled"] == ("20.0 ms", "21.0 ms")
+    assert cells["JAX jit of the same step on 2 gloo processes (rank 0): wall, CPU"] == (
+        "40.0 ms, 9.0 ms", "-")
+
+
+def test_the_tp_eager_profile_pairs_each_round_against_jax_in_a_results_file(tmp_path):
+    import importlib.util
+
+    from benchmarks import tp_eager_profile as tep
+
+    def side(cpu_ms, wall_ms):
+        return {"cpu_s": cpu_ms / 1e3, "step_s": wall_ms / 1e3}
+
+    rounds = [{"load": "1.0 1.0 1.0", "parity": side(3.0, 9.0), "plain": side(2.0, 6.0),
+               "jax": side(1.0, 2.0)},
+              {"load": "2.0 1.0 1.0", "parity": side(4.0, 9.0), "plain": side(2.0, 6.0),
+               "jax": side(2.0, 2.0)}]
+    summary = {"steps": 50, "load": "1.0 -> 2.0", "command": "python -m benchmarks.tp_eager_profile",
+               "rounds": rounds, "profile": {"python_self_ms": {"DTensor": 3.0, "parity mode": 1.0}}}
+    path = tmp_path / "bench-tp-eager-cpu.json"
+    path.write_text(json.dumps(tep.measurement(summary)))
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("measurements_for_tp", root / "scripts" / "measurements.py")
+    measurements = importlib.util.module_from_spec(spec)
+    sys.modules["measurements_for_tp"] = measurements
+    spec.loader.exec_module(measurements)
+    cells = {row[0]: row[1:] for row in measurements.load_measurement(path).rows}
+    # each round's ratio is against JAX in that round, not another's
+    assert cells["round 1 (load 1.0 1.0 1.0): CPU per step"] == (
+        "3.00 ms (3.00x)", "2.00 ms (2.00x)", "1.00 ms (1.00x)")
+    assert cells["round 2 (load 2.0 1.0 1.0): CPU per step"][0] == "4.00 ms (2.00x)"
+    assert cells["parity's step, profiled: self CPU in DTensor (cProfile share)"][0] == "75%"
 
 
 def test_the_random_rows_measure_every_mode_against_plain_torch():

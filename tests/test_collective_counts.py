@@ -20,14 +20,16 @@ forward's ``mean`` completes it: eager code hands the loss back before any
 backward), and both weight gradients in one all-reduce at the end of
 ``backward()`` (``collectives/gradient_buckets``). parity compiled: 4 -- the
 backward is AOTAutograd's compiled graph, run as one autograd node, and the
-gradient all-reduces traced into it are not combined by ``aot_eager`` (the
-worker's ``bucketed`` option runs inductor's ``bucket_all_reduces_fx`` pass,
-which does). parity's ``aot_eager_bucketed`` backend
-(``collectives/compiled_buckets.py``: ``aot_eager`` with that pass on the
-forward and backward graphs): 3 -- the backward's two weight gradients in one
+gradient all-reduces traced into it are not combined by ``aot_eager``.
+parity's ``aot_eager_bucketed`` backend (``collectives/compiled_buckets.py``:
+``aot_eager`` with inductor's all-reduce bucketing pass on the forward and
+backward graphs): 3 -- the backward's two weight gradients in one
 all-reduce; the loss cannot join them, the forward graph hands it back
-completed before the backward graph runs. parity does no redistribution JAX
-does not do; the counts are pinned below, so a change either way shows.
+completed before the backward graph runs. ``torch.compile(step)`` with no
+backend named (inductor, what users get): 3 as well -- ``jax_semantics()``
+turns inductor's ``bucket_all_reduces_fx`` on for its thread. parity does no
+redistribution JAX does not do; the counts are pinned below, so a change
+either way shows.
 
 The Keras parity driver's models (``tests/keras_support/parity_driver.py``,
 ``mlp:mp`` and ``transformer:mp``, 2 gloo ranks / 2 CPU devices, mesh (1, 2))
@@ -207,15 +209,23 @@ def test_data_and_tensor_parallel_mlp_step_buckets_the_gradient_reductions():
     both weight gradients in one bucket) where XLA's combiner launches 2 (it
     also folds the loss into the gradients' launch); compiled with
     ``aot_eager``: 4 (one per array); with ``aot_eager_bucketed``: 3 (both
-    weight gradients in one). All give the same loss, weights and
-    placements."""
+    weight gradients in one); ``torch.compile(step)``, no backend named
+    (inductor): 3, bucketed by ``jax_semantics()``. All give the same
+    weights and placements; the loss too, inductor's to float32's
+    rounding (its fused kernel computes ``mean((h - 1) ** 2)`` in another
+    order)."""
     jax = jax_counts("2d")
     assert jax == {"all-reduce": {"launches": 2, "operands": 4}}, jax
     got = parity_counts("2d", nproc=4)
     assert got["eager"] == {"all-reduce": 3}, got
     assert got["compiled"] == {"all-reduce": jax["all-reduce"]["operands"]}, got
     assert got["compiled bucketed"] == {"all-reduce": 3}, got
+    assert got["compiled default"] == {"all-reduce": 3}, got
     assert got["eager values"] == got["compiled values"] == got["compiled bucketed values"], got
+    inductor, eager = dict(got["compiled default values"]), dict(got["eager values"])
+    torch_loss, eager_loss = inductor.pop("loss"), eager.pop("loss")
+    assert inductor == eager, got
+    assert torch_loss == pytest.approx(eager_loss, rel=1.3e-6), got  # torch's float32 rtol
 
 
 def launches(counts: dict) -> int:

@@ -369,6 +369,37 @@ def check_jit_compile_over_simulated_ranks_runs_eagerly_and_says_so():
     np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
 
 
+@check
+def check_steps_run_where_inductor_buckets_all_reduces():
+    """Keras's train step runs under ``jax_semantics()``, where parity turns
+    inductor's ``bucket_all_reduces_fx`` on for the thread: a step that
+    inductor compiles (``jit_compile=True`` on real ranks) launches one
+    all-reduce per group and dtype for its gradients
+    (``collectives/compiled_buckets.py``; the counts on gloo ranks are in
+    ``tests/test_collective_counts.py``). Outside the step the option is
+    torch's default."""
+    import torch._inductor.config as inductor_config
+
+    seen = []
+
+    class Probe(keras.layers.Layer):
+        def call(self, x):
+            seen.append(inductor_config.bucket_all_reduces_fx)
+            return x
+
+    distribution = mp_distribution()
+    x, y = data(16)
+    with distribution.scope():
+        inputs = keras.Input((8,))
+        h = keras.layers.Dense(16, activation="relu", name="d1")(Probe()(inputs))
+        model = keras.Model(inputs, keras.layers.Dense(4, name="d2")(h))
+        model.compile(optimizer="adam", loss="mse")
+        seen.clear()  # the functional model's build called the probe outside any step
+        model.train_on_batch(x, y)
+    assert seen and set(seen) == {"all"}, seen
+    assert inductor_config.bucket_all_reduces_fx == "none"
+
+
 def _jit_warned_before() -> bool:
     """parity warns once per thread; an earlier check may have had it."""
     from parity.torch_impl.keras import trainer

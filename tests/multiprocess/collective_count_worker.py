@@ -10,15 +10,16 @@ row-parallel on mesh axis ``model``, ``mean((tanh(x @ w1) @ w2 - 1) ** 2)``,
 a hand-written SGD update. With one argument ``1d`` the mesh is
 ``(world,)`` ``("model",)`` and x replicated; with ``2d`` it is
 ``(2, world // 2)`` ``("batch", "model")`` and x's rows are sharded on
-``batch`` (data and tensor parallel); a second argument ``bucketed``
-compiles with inductor and ``bucket_all_reduces_fx = "all"`` instead of
-``aot_eager``. A third run, ``"compiled bucketed"``, compiles with parity's
-``aot_eager_bucketed`` (``collectives/compiled_buckets.py``). The step
-is warmed up (compiled) first; the counted step is the second call. Rank 0
-writes ``{"eager": {op: count}, "compiled": {op: count}, "compiled
-bucketed": {op: count}}`` (and, under
-``"<run> values"``, the loss, weight sums and placements after one more
-step) as JSON to the file named by ``PARITY_RESULT_FILE``.
+``batch`` (data and tensor parallel). The runs: ``"eager"``; ``"compiled"``
+(``torch.compile(step, backend="aot_eager")``); ``"compiled bucketed"``
+(parity's ``aot_eager_bucketed``, ``collectives/compiled_buckets.py``);
+with ``2d`` also ``"compiled default"`` (``torch.compile(step)``, no
+backend named: inductor, whose all-reduce bucketing ``jax_semantics()``
+turns on). The
+step is warmed up (compiled) first; the counted step is the second call.
+Rank 0 writes ``{run: {op: count}}`` (and, under ``"<run> values"``, the
+loss, weight sums and placements after one more step) as JSON to the file
+named by ``PARITY_RESULT_FILE``.
 """
 
 from __future__ import annotations
@@ -84,22 +85,19 @@ def main() -> None:
         mesh = parity.DeviceMesh((world,), ("model",))
         x_spec = (None, None)
     x = ti.distribute_tensor(csw.host((8, 16), 0), parity.TensorLayout(x_spec, mesh))
-    backend = "aot_eager"
-    if sys.argv[2:] == ["bucketed"]:
-        # inductor with its all-reduce bucketing pass (not used by the tests;
-        # README "Compiled steps")
-        import torch._inductor.config as inductor_config
-
-        inductor_config.bucket_all_reduces_fx = "all"
-        backend = "inductor"
     results = {}
-    backends = {"eager": None, "compiled": backend, "compiled bucketed": aot_eager_bucketed}
-    with ti.jax_semantics():
-        for name, run_backend in backends.items():
+    # run -> how the step is compiled (None: eager)
+    runs = {"eager": None,
+            "compiled": lambda step: torch.compile(step, backend="aot_eager"),
+            "compiled bucketed": lambda step: torch.compile(step, backend=aot_eager_bucketed)}
+    if sys.argv[1:2] == ["2d"]:
+        runs["compiled default"] = torch.compile  # no backend named: inductor
+    for name, compile_step in runs.items():
+        with ti.jax_semantics():
             torch._dynamo.reset()
             params = csw.make_params(mesh)
             step = csw.make_step("hand", params)
-            fn = step if run_backend is None else torch.compile(step, backend=run_backend)
+            fn = step if compile_step is None else compile_step(step)
             results[name] = count(fn, x)
             results[name + " values"] = {
                 "loss": float(fn(x).full_tensor()),

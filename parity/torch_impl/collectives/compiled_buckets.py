@@ -17,8 +17,14 @@ runs, so they cannot share one.
 
     step = torch.compile(step, backend=aot_eager_bucketed)
 
-Under inductor, ``torch._inductor.config.bucket_all_reduces_fx = "all"``
-runs the same pass; parity sets no global config for you.
+Under inductor -- what ``torch.compile(step)`` and Keras's
+``jit_compile=True`` use when nobody names a backend -- the same pass is
+inductor's ``bucket_all_reduces_fx = "all"``: inside ``jax_semantics()``
+parity sets it for the thread (``inductor_buckets``; inductor's config is
+per thread), so a step compiled there buckets as XLA does without naming a
+backend (the MLP: 3 launches, as above). A value the user or the
+environment set for that option is left alone; outside the scope nothing
+changes. ``aot_eager`` named by the user stays ``aot_eager`` (4 launches).
 """
 
 from __future__ import annotations
@@ -27,7 +33,13 @@ from collections.abc import Callable
 
 import torch
 
-from parity.torch_impl.runtime.torch_compat import aot_backend, boxed, bucket_all_reduces
+from parity.torch_impl.runtime.torch_compat import (
+    aot_backend,
+    boxed,
+    bucket_all_reduces,
+    inductor_option_is_default,
+    inductor_option_patcher,
+)
 
 
 def _bucketed(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
@@ -47,3 +59,25 @@ def aot_eager_bucketed(gm: torch.fx.GraphModule, example_inputs: list) -> Callab
     all-reduces on one group, reduce op and dtype bucketed into one (see
     the module docstring)."""
     return _backend()(gm, example_inputs)
+
+
+def _nothing() -> None:
+    return None
+
+
+_OPTION = "bucket_all_reduces_fx"
+_patcher: list[Callable[[], Callable[[], None]]] = []  # made once: it costs a microsecond
+
+
+def inductor_buckets() -> Callable[[], None]:
+    """Inductor's all-reduce bucketing (``bucket_all_reduces_fx = "all"``)
+    on for this thread; returns the undo, which restores the option as it
+    was. Nothing changes (the undo does nothing) when the user or the
+    environment set the option. ``jax_semantics()`` calls it when its
+    outermost scope on a thread opens and undoes it when that scope
+    closes."""
+    if not inductor_option_is_default(_OPTION):
+        return _nothing
+    if not _patcher:
+        _patcher.append(inductor_option_patcher(_OPTION, "all"))
+    return _patcher[0]()

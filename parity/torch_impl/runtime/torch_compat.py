@@ -246,6 +246,25 @@ def boxed(fn: Callable) -> Callable:
     return make_boxed_func(fn)
 
 
+def inductor_option_patcher(name: str, value: object) -> Callable[[], Callable[[], None]]:
+    """A cheap patcher of inductor's config option ``name`` (inductor's own
+    ``_make_closure_patcher``): calling it sets ``value`` for this thread
+    (inductor's config values are ContextVars: per thread, torch >= 2.13)
+    and returns the undo, which restores the option exactly (unset stays
+    unset)."""
+    import torch._inductor.config as config
+
+    return config._make_closure_patcher(**{name: value})
+
+
+def inductor_option_is_default(name: str) -> bool:
+    """Whether inductor's config option ``name`` has its default value, set
+    neither by the user (in this thread) nor by the environment."""
+    import torch._inductor.config as config
+
+    return config._is_default(name)
+
+
 def bucket_all_reduces(gm: torch.fx.GraphModule) -> None:
     """Inductor's all-reduce bucketing pass on ``gm`` (what
     ``torch._inductor.config.bucket_all_reduces_fx = "all"`` runs after

@@ -61,7 +61,7 @@ from parity.torch_impl.semantics import (
     unreduced_ops,
     zero_tensor_grads,
 )
-from parity.torch_impl.collectives import gradient_buckets, redistribute
+from parity.torch_impl.collectives import compiled_buckets, gradient_buckets, redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
 from parity.torch_impl.semantics import explicit_check, local_views
@@ -87,6 +87,7 @@ class _State(threading.local):
         self.options: list[dict] = []
         self.mode: _JaxSemanticsMode | None = None
         self.defer = False  # the innermost scope's option, read per op
+        self.undo_inductor_buckets = lambda: None  # compiled_buckets.inductor_buckets's undo
 
     def set_options(self) -> None:
         self.defer = bool(self.options) and self.options[-1]["defer"]
@@ -128,6 +129,8 @@ class JaxSemantics:
             mode.__enter__()
             _state.mode = mode
             local_views.install(active)
+            # a step compiled by inductor in this scope buckets its all-reduces
+            _state.undo_inductor_buckets = compiled_buckets.inductor_buckets()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -138,6 +141,7 @@ class JaxSemantics:
         if not _state.options and _state.mode is not None:
             mode, _state.mode = _state.mode, None
             mode.__exit__(None, None, None)
+            _state.undo_inductor_buckets()
 
     def __call__(self, fn):
         """Use as a decorator: ``fn`` runs under these semantics."""

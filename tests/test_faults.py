@@ -197,7 +197,7 @@ def test_the_main_threads_stack_is_read_from_the_heartbeat_thread(watchdogs):
 
 def test_the_heartbeat_makes_no_frame_objects_of_the_main_thread(watchdogs, monkeypatch):
     """The crash this prevents (a rank's SIGSEGV under torch.compile, 4 of
-    8 stress runs on 4 gloo ranks with a 2 ms heartbeat before, 0 of 7
+    9 stress runs on 4 gloo ranks with a 2 ms heartbeat before, 0 of 8
     after: docs/torch-stack.md) came from frame objects made for the main
     thread's frames from the heartbeat thread. ``sys._current_frames`` is
     the only way Python makes them for another thread."""

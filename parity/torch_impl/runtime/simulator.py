@@ -308,8 +308,11 @@ def _column(value: Any, ranks: tuple[int, ...]) -> list:
     """``value`` as each of ``ranks`` sees it (``_at``), in rank order."""
     if type(value) is LocalTensor:
         return list(map(value._local_tensors.__getitem__, ranks))
-    if type(value) is list or type(value) is tuple:
-        return [_at(value, rank) for rank in ranks]
+    kind = type(value)
+    if kind is list or kind is tuple:  # the items' columns, transposed
+        if not value:
+            return [kind() for _ in ranks]
+        return [kind(row) for row in zip(*[_column(v, ranks) for v in value])]
     return [value] * len(ranks)
 
 

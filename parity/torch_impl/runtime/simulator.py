@@ -24,18 +24,26 @@ speed-ups that leave every rank's block computed as torch computes it.
    tensor subclass (a ``DTensor``, whose own dispatch runs next) gets
    torch's first answer, ``NotImplemented``, without torch's pytree walk.
    A factory (``zeros``, ``arange``, ``empty_strided``: constants only)
-   takes the same loop.
-3. A view's aliasing fix-up (torch's ``return_and_correct_aliasing``) runs
-   with this mode pushed back on the stack: its reads of the wrappers'
-   sizes, strides and offsets come to this mode instead of each building,
-   entering and leaving a fresh ``LocalTensorMode`` (about 150 us a read).
+   takes the same loop. Each rank's call goes to the op's C entry
+   (``OpOverload._op``, what ``OpOverload.__call__`` calls), a list operand
+   is split into per-rank rows in one pass, and on a CPU-only run the
+   generator is restored with ``torch.set_rng_state`` (torch's
+   ``_set_rng_state`` with no accelerator states to set).
+3. A view's aliasing fix-up runs with this mode pushed back on the stack:
+   its reads of the wrappers' sizes, strides and offsets come to this mode
+   instead of each building, entering and leaving a fresh
+   ``LocalTensorMode`` (about 150 us a read). For a view whose inputs and
+   results are ``LocalTensor``s the fix-up is the storage swap torch's
+   ``_correct_storage_aliasing`` makes (each result takes the storage of
+   the input it views); an in-place view, a result that is an input, or
+   any other operand type takes torch's ``return_and_correct_aliasing``.
 4. Reads of a wrapper's metadata (``sym_size``, ``dim``, ``sym_stride``,
    ``sym_storage_offset``, ``sym_numel``, ``numel``, ``is_contiguous``;
    about half the ops a Keras step dispatches, most of them from the
-   aliasing fix-up above) are answered as torch answers them -- ``sym_size``
-   and ``dim`` from the wrapper's ``_size``, the others from each rank's
-   block, combined by torch's combine -- without an op call per rank
-   (4 us each through ``OpOverload``) and the aliasing fix-up of their
+   aliasing fix-up above) are answered first, as torch answers them --
+   ``sym_size`` and ``dim`` from the wrapper's ``_size``, the others from
+   each rank's block, combined by torch's combine -- without an op call per
+   rank (4 us each through ``OpOverload``) and the aliasing fix-up of their
    int results.
 5. Results are combined by ``rank_results.combine``: torch's wrapper,
    built directly where every rank's block is alike.

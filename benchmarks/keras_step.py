@@ -93,10 +93,55 @@ def child(backend: str, steps: int, warmup: int, profile: bool) -> dict:
             avgs = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
             total = sum(e.self_cpu_time_total for e in avgs) or 1
             result["top_ops"] = [(e.key, round(e.self_cpu_time_total / total, 3)) for e in avgs[:5]]
+            result["layers_ms"] = _layer_split(lambda: model.train_on_batch(x, y), 5)
         return result
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)
+
+
+def _layer_split(step, steps: int) -> dict[str, float]:
+    """CPU ms per ``step()`` spent inside each layer of the simulated step,
+    outermost calls only: ``jax_semantics()``'s ``__torch_function__``
+    (``parity_mode``), the simulator's ``__torch_dispatch__``
+    (``simulator``) and, inside it, its per-rank op loop ``_each_rank``
+    (``per_rank_ops``: the ops' kernels once per rank, their argument rows
+    and result wrappers). The timers add their own Python to each call, so
+    the step is slower while they run; the shares are what they show."""
+    from parity.torch_impl.runtime.simulator import SimulatedRanksMode
+    from parity.torch_impl.semantics.mode import _JaxSemanticsMode
+
+    spent = {"parity_mode": 0, "simulator": 0, "per_rank_ops": 0}
+    inside: set[str] = set()
+
+    def timed(layer, original):
+        def call(*args, **kwargs):
+            if layer in inside:
+                return original(*args, **kwargs)
+            inside.add(layer)
+            start = time.thread_time_ns()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[layer] += time.thread_time_ns() - start
+                inside.discard(layer)
+        return call
+
+    patched = [(_JaxSemanticsMode, "__torch_function__", "parity_mode"),
+               (SimulatedRanksMode, "__torch_dispatch__", "simulator"),
+               (SimulatedRanksMode, "_each_rank", "per_rank_ops")]
+    saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in patched]
+    for cls, name, layer in patched:
+        setattr(cls, name, timed(layer, getattr(cls, name)))
+    try:
+        start = time.thread_time_ns()
+        for _ in range(steps):
+            step()
+        total = time.thread_time_ns() - start
+    finally:
+        for cls, name, original in saved:
+            setattr(cls, name, original)
+    return {"step": total / steps / 1e6, **{k: v / steps / 1e6 for k, v in spent.items()}}
 
 
 def _run_child(backend: str, steps: int, warmup: int, timeout: float) -> dict:
@@ -125,9 +170,15 @@ def run(cfg: dict) -> list[Row]:
     except (RuntimeError, subprocess.TimeoutExpired) as err:  # a failed child: report it
         return [Row("keras", case, status=f"error: {err}"[:300])]
     where = ", ".join(f"{name} {share:.0%}" for name, share in torch_res.get("top_ops", []))
+    layers = torch_res.get("layers_ms")
+    split = "" if not layers else (
+        f"; CPU per timed step {layers['step']:.1f} ms: inside jax_semantics()'s mode "
+        f"{layers['parity_mode']:.1f}, inside the simulator {layers['simulator']:.1f}, "
+        f"of which its per-rank op loop {layers['per_rank_ops']:.1f}")
     return [Row("keras", f"train step: {case}", torch_res["step_s"], jax_res["step_s"],
                 note=f"vs JAX backend (jit); torch eager, "
-                     f"{torch_res['step_cpu_s'] * 1e3:.1f} ms CPU per step; torch time goes to: {where}")]
+                     f"{torch_res['step_cpu_s'] * 1e3:.1f} ms CPU per step; torch time goes to: {where}"
+                     f"{split}")]
 
 
 def main() -> None:

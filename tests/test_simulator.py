@@ -243,3 +243,33 @@ def test_a_result_tuple_with_a_none_is_combined_as_torch_does():
     assert type(out[0]) is LocalTensor
     for r in range(RANKS):
         assert torch.equal(out[0]._local_tensors[r], theirs[0]._local_tensors[r])
+
+
+def _view_storages(mode_type: type) -> tuple[list[bool], list[dict]]:
+    """Whether each view's wrapper shares its input's storage (a view, the
+    parts of a list-result view, a transpose, an expand), and its blocks."""
+    blocks = _blocks(9, (4, 3))
+    with mode_type(RANKS):
+        a = LocalTensor(blocks)
+        views = [a.view(-1), *torch.unbind(a, dim=0), a.t(), a[:, :1].expand(4, 5)]
+    storage = a.untyped_storage()._cdata
+    shared = [v.untyped_storage()._cdata == storage and v._base is a for v in views]
+    return shared, [{r: v._local_tensors[r] for r in range(RANKS)} for v in views]
+
+
+def test_a_views_storage_is_shared_as_torchs_fix_up_shares_it(monkeypatch):
+    fix_ups = []  # views that took torch's return_and_correct_aliasing
+    torch_fix_up = simulator.return_and_correct_aliasing
+
+    def recording(func, *args):
+        fix_ups.append(str(func))
+        return torch_fix_up(func, *args)
+
+    monkeypatch.setattr(simulator, "return_and_correct_aliasing", recording)
+    mine, my_blocks = _view_storages(simulator.SimulatedRanksMode)
+    assert fix_ups == []  # every view here: the direct storage swap
+    theirs, their_blocks = _view_storages(LocalTensorMode)
+    assert mine == theirs == [True] * 7
+    for got, want in zip(my_blocks, their_blocks):
+        for r in range(RANKS):
+            assert torch.equal(got[r], want[r]) and got[r].stride() == want[r].stride()

@@ -24,18 +24,26 @@ speed-ups that leave every rank's block computed as torch computes it.
    tensor subclass (a ``DTensor``, whose own dispatch runs next) gets
    torch's first answer, ``NotImplemented``, without torch's pytree walk.
    A factory (``zeros``, ``arange``, ``empty_strided``: constants only)
-   takes the same loop.
-3. A view's aliasing fix-up (torch's ``return_and_correct_aliasing``) runs
-   with this mode pushed back on the stack: its reads of the wrappers'
-   sizes, strides and offsets come to this mode instead of each building,
-   entering and leaving a fresh ``LocalTensorMode`` (about 150 us a read).
+   takes the same loop. Each rank's call goes to the op's C entry
+   (``OpOverload._op``, what ``OpOverload.__call__`` calls), a list operand
+   is split into per-rank rows in one pass, and on a CPU-only run the
+   generator is restored with ``torch.set_rng_state`` (torch's
+   ``_set_rng_state`` with no accelerator states to set).
+3. A view's aliasing fix-up runs with this mode pushed back on the stack:
+   its reads of the wrappers' sizes, strides and offsets come to this mode
+   instead of each building, entering and leaving a fresh
+   ``LocalTensorMode`` (about 150 us a read). For a view whose inputs and
+   results are ``LocalTensor``s the fix-up is the storage swap torch's
+   ``_correct_storage_aliasing`` makes (each result takes the storage of
+   the input it views); an in-place view, a result that is an input, or
+   any other operand type takes torch's ``return_and_correct_aliasing``.
 4. Reads of a wrapper's metadata (``sym_size``, ``dim``, ``sym_stride``,
    ``sym_storage_offset``, ``sym_numel``, ``numel``, ``is_contiguous``;
    about half the ops a Keras step dispatches, most of them from the
-   aliasing fix-up above) are answered as torch answers them -- ``sym_size``
-   and ``dim`` from the wrapper's ``_size``, the others from each rank's
-   block, combined by torch's combine -- without an op call per rank
-   (4 us each through ``OpOverload``) and the aliasing fix-up of their
+   aliasing fix-up above) are answered first, as torch answers them --
+   ``sym_size`` and ``dim`` from the wrapper's ``_size``, the others from
+   each rank's block, combined by torch's combine -- without an op call per
+   rank (4 us each through ``OpOverload``) and the aliasing fix-up of their
    int results.
 5. Results are combined by ``rank_results.combine``: torch's wrapper,
    built directly where every rank's block is alike.
@@ -72,6 +80,7 @@ from parity.torch_impl.runtime.torch_compat import (
     push_dispatch_mode,
     return_and_correct_aliasing,
     set_rng_state,
+    unsafe_set_storage,
 )
 
 # Operand types handed to every rank unchanged (what torch's per-rank map
@@ -105,6 +114,11 @@ class SimulatedRanksMode(LocalTensorMode):
             if kwargs is None:
                 kwargs = {}
             if _SHORT_LOOP and type(func) is OpOverload:
+                read = _METADATA.get(func)
+                if (read is not None and len(args) == 1 and not kwargs
+                        and type(args[0]) is LocalTensor and not self._disable
+                        and self._owns((args[0],))):
+                    return read(self, args[0])
                 found: list = []
                 seen = _CONSTANT
                 for a in args:
@@ -123,9 +137,6 @@ class SimulatedRanksMode(LocalTensorMode):
                     if seen == _CONSTANT and self._owns(found) and self._runs_each_rank(func):
                         return self._each_rank(func, args, kwargs)
                 elif seen <= _PLAIN and not self._disable and self._owns(found):
-                    read = _METADATA.get(func)
-                    if read is not None and len(args) == 1 and not kwargs:
-                        return read(self, args[0])
                     if self._runs_each_rank(func):
                         return self._each_rank(func, args, kwargs)
                     if (seen == _CONSTANT and func.namespace in _COMPOSITE_COLLECTIVES
@@ -136,8 +147,10 @@ class SimulatedRanksMode(LocalTensorMode):
     def _owns(self, found: list) -> bool:
         """Whether the ``LocalTensor`` operands are this mode's ranks' and
         this mode is the enabled one, with a generator state for each rank."""
-        if any(t._ranks != self.ranks for t in found):
-            return False
+        ranks = self.ranks
+        for t in found:
+            if t._ranks is not ranks and t._ranks != ranks:
+                return False
         # (``__enter__`` stores every rank's state, torch's loop replaces them)
         return (enabled_local_tensor_mode() is self
                 and len(self._per_rank_rng_states) == len(self.ranks))
@@ -146,7 +159,7 @@ class SimulatedRanksMode(LocalTensorMode):
         plain = self._plain_ops.get(func)
         if plain is None:
             plain = self._plain_ops[func] = _plain_op(func)
-            self._aliasing[func] = plain and _aliases(func)
+            self._aliasing[func] = _aliasing(func) if plain else None
         return plain
 
     def _read_each_rank(self, read, tensor: LocalTensor) -> Any:
@@ -154,7 +167,7 @@ class SimulatedRanksMode(LocalTensorMode):
         block, combined, with the generator left as torch's loop leaves it."""
         blocks = tensor._local_tensors
         values = [read(blocks[rank]) for rank in self._sorted_ranks]
-        set_rng_state(*self._per_rank_rng_states[self._sorted_ranks[-1]])
+        _restore_generator(self._per_rank_rng_states[self._sorted_ranks[-1]])
         first = values[0]
         if values.count(first) == len(values):
             return first  # torch's combine of equal ints (lists of ints): the value
@@ -174,6 +187,7 @@ class SimulatedRanksMode(LocalTensorMode):
 
     def _each_rank(self, func, args: tuple, kwargs: dict) -> Any:
         ranks = self._sorted_ranks
+        op = func._op  # what ``OpOverload.__call__`` calls, without its Python frame
         # Each operand as every rank sees it (one column per operand), then
         # each rank's operands (one row per rank).
         rows = zip(*[_column(a, ranks) for a in args]) if args else [()] * len(ranks)
@@ -182,22 +196,23 @@ class SimulatedRanksMode(LocalTensorMode):
         try:
             if kwargs:
                 for rank, rank_args in zip(ranks, rows):
-                    results[rank] = func(*rank_args, **{k: _at(v, rank) for k, v in kwargs.items()})
+                    results[rank] = op(*rank_args, **{k: _at(v, rank) for k, v in kwargs.items()})
             else:
                 for rank, rank_args in zip(ranks, rows):
-                    results[rank] = func(*rank_args)
+                    results[rank] = op(*rank_args)
         finally:
             # torch sets each rank's generator state before its call and leaves
             # the last one entered; such an op never changes it.
             if rank is not None:
-                set_rng_state(*self._per_rank_rng_states[rank])
+                _restore_generator(self._per_rank_rng_states[rank])
         if is_inplace_op(func):
             out = args[0]
             if _INPLACE_VIEW in func.tags:
                 out._sync_meta()
             return out
         out = combine(results, self.ranks)
-        if not self._aliasing[func]:
+        aliasing = self._aliasing[func]
+        if aliasing is None:
             return out  # what torch's fix-up returns for an op that aliases nothing
         # Speed: a view's aliasing fix-up reads the wrappers' sizes, strides and
         # offsets through dispatch. With this mode off the stack (as it is inside
@@ -207,9 +222,22 @@ class SimulatedRanksMode(LocalTensorMode):
         # same per-rank reads.
         push_dispatch_mode(self)
         try:
-            return return_and_correct_aliasing(func, args, kwargs, out)
+            if aliasing is _FIX_UP or not _share_storages(aliasing, args, out):
+                return return_and_correct_aliasing(func, args, kwargs, out)
+            return out
         finally:
             pop_dispatch_mode()
+
+
+def _restore_generator(states: tuple) -> None:
+    """torch's ``_set_rng_state(cpu_state, accelerator_states)``: the CPU
+    generator's state, then each accelerator's (none on a CPU-only run,
+    where torch's call only asks whether an accelerator is available)."""
+    cpu_state, accelerator_states = states
+    if accelerator_states:
+        set_rng_state(cpu_state, accelerator_states)
+    else:
+        torch.set_rng_state(cpu_state)
 
 
 def _plain_op(func: Any) -> bool:
@@ -247,21 +275,52 @@ def _operand(value: Any, found: list) -> int:
     return _OTHER
 
 
-def _aliases(func: OpOverload) -> bool:
-    """Whether ``return_and_correct_aliasing`` does anything for ``func``:
-    a result that views an input, an in-place view, or a result that is an
-    input (torch returns the input)."""
+# ``_aliasing``'s answer for an op whose result needs all of torch's fix-up.
+_FIX_UP = "fix-up"
+
+
+def _aliasing(func: OpOverload) -> Any:
+    """What ``return_and_correct_aliasing`` does for ``func``: ``None`` for
+    nothing (no result views an input, no in-place view, no result that is
+    an input); for a view (results that view inputs, nothing else) its
+    ``(input index, result index)`` pairs, whose storages the fix-up shares;
+    ``_FIX_UP`` for the rest (an in-place view, a result that is an input),
+    which take torch's fix-up."""
     info = alias_info(func)
-    return bool(info.read_only_alias_match_indexes or info.is_inplace_view_op
-                or info.outs_write_aliases is not None)
+    if info.is_inplace_view_op or info.outs_write_aliases is not None:
+        return _FIX_UP
+    pairs = tuple(info.read_only_alias_match_indexes)
+    return pairs or None
+
+
+def _share_storages(pairs: tuple, args: tuple, out: Any) -> bool:
+    """A view's fix-up as torch's ``_correct_storage_aliasing`` runs it: each
+    result wrapper (or each wrapper of a list result) takes the storage of
+    the input it views. ``False``, having changed nothing, where an input or
+    result is not a ``LocalTensor`` (torch's fix-up then checks and answers)."""
+    outs = out if type(out) is tuple else (out,)
+    for arg_index, out_index in pairs:
+        result = outs[out_index]
+        if type(args[arg_index]) is not LocalTensor or not (
+                type(result) is LocalTensor
+                or (type(result) is list and all(type(r) is LocalTensor for r in result))):
+            return False
+    for arg_index, out_index in pairs:
+        result = outs[out_index]
+        for wrapper in (result if type(result) is list else (result,)):
+            unsafe_set_storage(wrapper, args[arg_index])
+    return True
 
 
 def _column(value: Any, ranks: tuple[int, ...]) -> list:
     """``value`` as each of ``ranks`` sees it (``_at``), in rank order."""
     if type(value) is LocalTensor:
         return list(map(value._local_tensors.__getitem__, ranks))
-    if type(value) is list or type(value) is tuple:
-        return [_at(value, rank) for rank in ranks]
+    kind = type(value)
+    if kind is list or kind is tuple:  # the items' columns, transposed
+        if not value:
+            return [kind() for _ in ranks]
+        return [kind(row) for row in zip(*[_column(v, ranks) for v in value])]
     return [value] * len(ranks)
 
 

@@ -151,6 +151,8 @@ set_rng_state: Callable | None = getattr(_local_tensor, "_set_rng_state", None)
 get_rng_state: Callable | None = getattr(_local_tensor, "_get_rng_state", None)
 composite_explicit_autograd = torch._C.DispatchKey.CompositeExplicitAutograd
 alias_info = get_alias_info  # an op's aliasing, as return_and_correct_aliasing reads it
+# The storage swap ``return_and_correct_aliasing`` gives a view's result wrapper.
+unsafe_set_storage = torch._functionalize_unsafe_set
 # What ``runtime.rank_results`` builds a ``LocalTensor`` wrapper with (as
 # ``LocalTensor.__new__`` does).
 make_wrapper_subclass = torch.Tensor._make_wrapper_subclass

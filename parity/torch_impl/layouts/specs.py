@@ -98,17 +98,28 @@ def spec_and_pending(x: DTensor) -> tuple[Spec, tuple[str, ...]]:
     """``(spec, pending_axes)`` of a DTensor: ``pending_axes`` names the mesh
     axes holding a ``Partial``. Raises ``LayoutError`` for strided shards no
     spec describes (see ``describable``)."""
-    mesh = x.device_mesh
+    return _spec_and_pending(tuple(x.placements), x.ndim, x.device_mesh)
+
+
+def _spec_and_pending(placements: tuple, ndim: int, mesh) -> tuple[Spec, tuple[str, ...]]:
     if _dynamo_compiling():
-        found = _spec_untraced(tuple(x.placements), x.ndim, mesh)
+        found = _spec_untraced(placements, ndim, mesh)
         if found is not None:
             return found
-    return _spec(tuple(x.placements), x.ndim, tuple(mesh.shape), mesh_axis_names(mesh))
+    names = mesh_axis_names(mesh)
+    return _spec(placements, ndim, tuple(mesh.shape), names)
 
 
 def spec_of(x: DTensor) -> Spec:
     """The spec of a DTensor (its pending reductions aside)."""
     return spec_and_pending(x)[0]
+
+
+def spec_of_placements(placements: tuple, ndim: int, mesh) -> Spec:
+    """The spec of an ``ndim``-d DTensor with ``placements`` on the torch
+    ``mesh`` (its pending reductions aside): ``spec_of`` from metadata.
+    Raises ``LayoutError`` as ``spec_and_pending``."""
+    return _spec_and_pending(tuple(placements), ndim, mesh)[0]
 
 
 def has_partial(x: DTensor) -> bool:

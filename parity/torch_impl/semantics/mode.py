@@ -48,6 +48,7 @@ from torch.overrides import TorchFunctionMode
 from parity.torch_impl.semantics import (
     backward_scope,
     compile_support,
+    decision,
     dtensor_errors,
     fallback,
     fast_path,
@@ -57,7 +58,6 @@ from parity.torch_impl.semantics import (
     operands,
     pending,
     rules,
-    traced_plans,
     unreduced_ops,
     zero_tensor_grads,
 )
@@ -225,7 +225,6 @@ def _name_of(func) -> str | None:
 
 
 _is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to True
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
 _grad_enabled = torch.is_grad_enabled
 _GRAD_ACCESS = (torch.Tensor.grad.__get__, torch.Tensor.grad.__set__)  # equal, never identical
 _GRADS_PENDING = gradient_buckets.PENDING  # [n]: leaves whose gradient waits in a bucket
@@ -372,69 +371,45 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     original = func  # sgn of a real tensor runs as sign: its ZeroTensor gradient crashed
     func = zero_tensor_grads.replacement(func, args, kwargs)  # simulated ranks (torch #108983)
     grad = torch.is_grad_enabled()
-    if _dynamo_compiling():  # the whole decision made outside dynamo's trace
-        decided = traced_plans.decision_for(func, args, kwargs, mesh, defer, grad)
-        if decided is not None:
-            return _run_decided(func, name, args, kwargs, mesh, grad, decided)
-    plan = traced_plans.plan_for(func, args, kwargs, mesh)  # rules.plan_for; outside dynamo's trace
-    if plan is not None and plan.chosen:  # JAX's explicit mode refuses it: on Explicit axes, raise
-        explicit_check.refuse_if_explicit(func, name, plan, args, kwargs, mesh)
-    keep_partial = defer and plan is not None and plan.linear
-    targets = plan.inputs if plan is not None else {}
-
-    moved = []  # operands the rule changed: the call is not clean
-
-    def prepare(loc, t: DTensor) -> DTensor:
-        spec = targets.get(loc)
-        partial = S.has_partial(t)
-        if partial and not keep_partial:
-            t = pending.complete(t)
-            partial = False
-            moved.append(loc)  # a pending operand: the call is never clean
-        guard = grad and t.requires_grad and t.is_leaf  # not grad_fn: dynamo
-        if spec is None or partial:
-            out = redistribute.redistribute_to(t, S.spec_of(t), guard=True) if guard else t
-        else:
-            out = redistribute.redistribute_to(t, spec, guard=guard)
-        if out is not t or partial:
-            moved.append(loc)
-            if grad and out.requires_grad and not torch.compiler.is_compiling():
-                out = grad_guard.guard(out)
-        return out
-
-    prepared_args, prepared_kwargs = _map_dtensors(args, kwargs, prepare)
+    # the decision around the op: cached per description of the call, and
+    # made outside dynamo's trace under torch.compile (see ``decision``)
+    plan, actions, keep_partial = decision.decision_for(func, args, kwargs, mesh, defer, grad)
+    if plan is not None and plan[3]:  # chosen: on Explicit axes JAX refuses it
+        explicit_check.refuse_if_explicit(func, name, rules.Plan(dict(plan[0]), plan[1], plan[2],
+                                                                 plan[3]), args, kwargs, mesh)
+    prepared_args, prepared_kwargs, moved = _prepared(args, kwargs, actions, grad)
     out, direct = _compute(func, name, prepared_args, prepared_kwargs, mesh, grad)
-    result = _finish(out, plan, keep_partial)
+    result = _finish(out, plan[1] if plan is not None else None, keep_partial)
     if (direct and key is not None and not moved and not rehomed and result is out
-            and not _any_partial(out) and not (plan is not None and plan.chosen)
+            and not _any_partial(out) and not (plan is not None and plan[3])
             and not random_ops.listed(func) and func is original):  # chosen: re-checked per
         # mesh; random: per option; a replaced op: the fast path would run the original
         fast_path.remember(key)
     return result
 
 
-def _run_decided(func, name: str, args: tuple, kwargs: dict, mesh, grad: bool,
-                 decided: tuple) -> Any:
-    """``_run``'s rest under dynamo, for a call ``traced_plans.decision_for``
-    decided outside the trace: dynamo traces the completions, redistributes
-    and the op that ``decided`` names, not the Python that chose them
-    (eagerly ``_run`` decides per call, and the fast path skips it)."""
-    plan, actions, keep_partial = decided
-    if plan is not None and plan[3]:  # chosen: on Explicit axes JAX refuses it
-        explicit_check.refuse_if_explicit(func, name, rules.Plan(dict(plan[0]), plan[1], plan[2],
-                                                                 plan[3]), args, kwargs, mesh)
+def _prepared(args: tuple, kwargs: dict, actions: tuple, grad: bool) -> tuple[tuple, dict, bool]:
+    """``(args, kwargs, moved)``: each DTensor operand as its ``Action``
+    says (a pending sum completed, redistributed, a leaf guarded); ``moved``
+    whether any operand changed (the call is then never clean)."""
     visits = [0]
+    moved = [False]
 
     def prepare(loc, t: DTensor) -> DTensor:
-        complete, spec, guard = actions[visits[0]]
+        complete, spec, guard, kept = actions[visits[0]]
         visits[0] += 1
         if complete:
             t = pending.complete(t)
-        return t if spec is None else redistribute.redistribute_to(t, spec, guard=guard)
+            moved[0] = True  # a pending operand: the call is never clean
+        out = t if spec is None else redistribute.redistribute_to(t, spec, guard=guard)
+        if out is not t or kept:
+            moved[0] = True
+            if grad and out.requires_grad and not torch.compiler.is_compiling():
+                out = grad_guard.guard(out)
+        return out
 
     prepared_args, prepared_kwargs = _map_dtensors(args, kwargs, prepare)
-    out, _ = _compute(func, name, prepared_args, prepared_kwargs, mesh, grad)
-    return _finish_decided(out, plan[1] if plan is not None else None, keep_partial)
+    return prepared_args, prepared_kwargs, moved[0]
 
 
 def _compute(func, name: str, args: tuple, kwargs: dict, mesh, grad: bool) -> tuple[Any, bool]:
@@ -507,45 +482,17 @@ def _map_dtensors(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
     )
 
 
-def _finish(out: Any, plan, keep_partial: bool) -> Any:
-    if (isinstance(out, DTensor) and plan is None and not S.has_partial(out)
-            and not S.has_strided(out)):
-        return out
-    leaves, tree = tree_flatten(out)
-    tensors = [i for i, leaf in enumerate(leaves) if isinstance(leaf, DTensor)]
-    if not tensors:
-        return out
-    wanted = None
-    if plan is not None and plan.outputs is not None:
-        outs = [leaves[i] for i in tensors]
-        wanted = plan.outputs(outs) if callable(plan.outputs) else plan.outputs
-    changed = False
-    for k, i in enumerate(tensors):
-        t = leaves[i]
-        spec = wanted[k] if wanted is not None and k < len(wanted) else None
-        if keep_partial and S.has_partial(t):
-            leaves[i] = pending.mark_deferred(t)
-            changed = True
-            continue
-        if spec is None or len(spec) != t.ndim:
-            if S.has_partial(t) or not S.describable(t):
-                leaves[i] = pending.complete(S.without_strided(t))
-                changed = True
-            continue
-        if S.placements_for(spec, t.device_mesh) != tuple(t.placements):
-            leaves[i] = redistribute.redistribute_to(t, spec)
-            changed = True
-    return tree_unflatten(leaves, tree) if changed else out
-
-
-def _finish_decided(out: Any, outputs: tuple | None, keep_partial: bool) -> Any:
-    """``_finish`` under dynamo: each output's action decided outside the
-    trace (``traced_plans.output_action``) from its placements and the spec
-    the plan gives it (``outputs``, or ``None``)."""
+def _finish(out: Any, outputs: Any, keep_partial: bool) -> Any:
+    """Each DTensor output laid out as the plan's ``outputs`` say (a spec
+    per output, ``None``, or a function of the outputs giving them), pending
+    sums completed or deferred; each output's action from
+    ``decision.output_action`` (cached; outside dynamo's trace)."""
     if isinstance(out, DTensor):
         leaves, tree = [out], None
     else:
         leaves, tree = tree_flatten(out)
+    if callable(outputs):
+        outputs = outputs([t for t in leaves if isinstance(t, DTensor)])
     changed = False
     k = 0
     for i in range(len(leaves)):
@@ -554,7 +501,7 @@ def _finish_decided(out: Any, outputs: tuple | None, keep_partial: bool) -> Any:
             continue
         spec = outputs[k] if outputs is not None and k < len(outputs) else None
         k += 1
-        kind, target = traced_plans.output_action(t, spec, keep_partial)
+        kind, target = decision.output_action(t, spec, keep_partial)
         if kind == "keep":
             continue
         if kind == "defer":

@@ -53,7 +53,7 @@ _CONSTANTS = (bool, int, float, str, type(None), torch.dtype, torch.device, torc
 #   (plan, actions, keep_partial)
 #   plan: None (no rule) or (inputs items, outputs, linear, chosen), as rules.Plan
 #   actions: one Action per DTensor operand, in the order ``operands`` visits them
-Action = tuple  # (complete first, spec to redistribute to or None, guard, pending kept)
+Action = tuple  # (complete first, placements to move to or None, guard, pending kept)
 
 
 def decision_for(func: Any, args: tuple, kwargs: dict, mesh, defer: bool, grad: bool) -> tuple:
@@ -202,7 +202,9 @@ def _decide(plan: tuple | None, facts: list, mesh, defer: bool, grad: bool) -> t
         if spec is None or kept:
             # a leaf goes through redistribute to its own spec
             spec = spec_of_placements(placements, ndim, mesh) if guard else None
-        actions.append((complete, spec, guard, kept))
+        # the placements themselves: the collectives take them converted
+        target = None if spec is None else placements_for(spec, mesh)
+        actions.append((complete, target, guard, kept))
     return plan, tuple(actions), keep_partial
 
 
@@ -242,7 +244,8 @@ def output_action(x: DTensor, spec: Any, keep_partial: bool) -> tuple:
     """What the mode does to an output ``x`` whose plan gives ``spec``
     (``None``: none): ``("defer", None)``, ``("complete", None)`` (strided
     shards gathered, pending sums completed), ``("keep", None)`` or
-    ``("to", spec)``; cached, and decided outside dynamo's trace."""
+    ``("to", placements)`` (``spec``'s); cached, and decided outside
+    dynamo's trace."""
     spec = None if spec is None else tuple(tuple(names) for names in spec)  # hashable
     if _dynamo_compiling():
         return _output_action_untraced(tuple(x.placements), x.ndim, spec, keep_partial,
@@ -268,6 +271,7 @@ def _output_action(placements: tuple, ndim: int, spec: Any, keep_partial: bool, 
         except LayoutError:
             describable = False
         return ("complete", None) if partial or not describable else ("keep", None)
-    if placements_for(spec, mesh) != placements:
-        return ("to", spec)
+    target = placements_for(spec, mesh)
+    if target != placements:
+        return ("to", target)
     return ("keep", None)

@@ -49,7 +49,6 @@ from parity.torch_impl.semantics import (
     backward_scope,
     compile_support,
     decision,
-    dtensor_errors,
     fallback,
     fast_path,
     grad_guard,
@@ -396,12 +395,12 @@ def _prepared(args: tuple, kwargs: dict, actions: tuple, grad: bool) -> tuple[tu
     moved = [False]
 
     def prepare(loc, t: DTensor) -> DTensor:
-        complete, spec, guard, kept = actions[visits[0]]
+        complete, target, guard, kept = actions[visits[0]]
         visits[0] += 1
         if complete:
             t = pending.complete(t)
             moved[0] = True  # a pending operand: the call is never clean
-        out = t if spec is None else redistribute.redistribute_to(t, spec, guard=guard)
+        out = t if target is None else redistribute.move(t, target, guard=guard)
         if out is not t or kept:
             moved[0] = True
             if grad and out.requires_grad and not torch.compiler.is_compiling():
@@ -415,16 +414,16 @@ def _prepared(args: tuple, kwargs: dict, actions: tuple, grad: bool) -> tuple[tu
 def _compute(func, name: str, args: tuple, kwargs: dict, mesh, grad: bool) -> tuple[Any, bool]:
     """``(out, direct)``: the op on its prepared operands -- each rank's
     block (``local_ops``), the fallback where DTensor's strategy is wrong or
-    missing, else DTensor itself (``direct``), recovering where DTensor
-    refuses (``_recover``). Raises what the op raises."""
+    missing (``fallback.before_dtensor``), else DTensor itself (``direct``),
+    recovering where DTensor refuses (``fallback.recover``). Raises what the
+    op raises."""
     if name in local_ops.LOCAL_REDUCTIONS:
         out = local_ops.run_local_reduction(func, args, kwargs)
+        if isinstance(out, local_ops.OnWhole):  # each rank on the gathered operands
+            return fallback.run_replicated(func, args, kwargs, mesh, out.why), False
         if out is not None:
             return out, False
-    if fallback.refused(func):
-        fallback.refuse(func, args, kwargs)
-    if fallback.known_wrong(func) or (
-            grad and fallback.backward_missing(func) and _needs_grad(args, kwargs)):
+    if fallback.before_dtensor(func, args, kwargs, grad):
         # DTensor's strategy is wrong for some placements (fallback.KNOWN_WRONG),
         # or it has none for the backward (fallback.BACKWARD_MISSING)
         return fallback.run_replicated(func, args, kwargs, mesh,
@@ -432,33 +431,7 @@ def _compute(func, name: str, args: tuple, kwargs: dict, mesh, grad: bool) -> tu
     try:
         return func(*args, **kwargs), True
     except (NotImplementedError, RuntimeError) as err:
-        return _recover(err, func, args, kwargs, mesh), False
-
-
-def _recover(err: Exception, func, args: tuple, kwargs: dict, mesh) -> Any:
-    """The op's result after DTensor refused it with ``err`` (see
-    ``fallback`` for the policy); ``err`` itself when it is a genuine error."""
-    found = dtensor_errors.kind(err)
-    if found is None:
-        raise err
-    if found == "mixed":
-        return fallback.run_implicit(func, args, kwargs, mesh)
-    if found == "placements":
-        # No strategy for these placements (a strided shard, a view of a
-        # sharded dim): gather the operands above autograd and run again.
-        args, kwargs = _map_dtensors(args, kwargs,
-                                     lambda loc, t: redistribute.redistribute_to(t, ((),) * t.ndim))
-        try:
-            return func(*args, **kwargs)
-        except (NotImplementedError, RuntimeError) as again:
-            if dtensor_errors.kind(again) is None:
-                raise
-    return fallback.run_replicated(func, args, kwargs, mesh, "DTensor has no strategy for it")
-
-
-def _needs_grad(args: tuple, kwargs: dict) -> bool:
-    leaves, _ = tree_flatten((args, kwargs))
-    return any(isinstance(t, DTensor) and t.requires_grad for t in leaves)
+        return fallback.recover(err, func, args, kwargs, mesh), False
 
 
 def _any_partial(out: Any) -> bool:
@@ -509,7 +482,7 @@ def _finish(out: Any, outputs: Any, keep_partial: bool) -> Any:
         elif kind == "complete":
             leaves[i] = pending.complete(S.without_strided(t))
         else:
-            leaves[i] = redistribute.redistribute_to(t, target)
+            leaves[i] = redistribute.move(t, target)
         changed = True
     if not changed:
         return out

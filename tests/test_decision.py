@@ -94,6 +94,8 @@ def test_a_call_with_a_plain_tensor_or_object_is_not_described(sim8):
     assert decision.describe((x, torch.ones(16)), {}) is None
     assert decision.describe((x,), {"out": object()}) is None
     assert decision.describe((x, [x, 1.0, None]), {"dim": torch.Size([1])}) is not None
+    # a constant is keyed by its type too (1, 1.0 and True are equal keys)
+    assert len({decision.describe((x, c), {}) for c in (2, 2.0, True, 1)}) == 4
     described = decision.describe((x,), {"size": torch.Size([16, 8])})
     assert decision._rebuild(described[1][0][1], x.device_mesh) == torch.Size([16, 8])
 

@@ -82,10 +82,10 @@ def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     placements = tuple(placements)
     mesh = x.device_mesh
     groups = merge_groups(tuple(x.placements), placements)
+    strided = _strided(x.placements) or _strided(placements)
     if is_relabel(x, placements):  # pending only on mesh axes of size 1: nothing moves
         return relabeled(x, placements)
-    if (not groups or _strided(x.placements) or _strided(placements)
-            or torch.compiler.is_dynamo_compiling()):
+    if not groups or strided or torch.compiler.is_dynamo_compiling():
         return x.redistribute(mesh, placements)
     with contextlib.ExitStack() as stack:
         for dims in groups:

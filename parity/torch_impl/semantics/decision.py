@@ -101,8 +101,8 @@ def describe(args: tuple, kwargs: dict) -> tuple | None:
     """The call's arguments as hashable constants: per DTensor
     ``("T", placements, shape, dtype, requires_grad, is_leaf)``, per list or
     tuple ``("L" | "U", items)``, per ``torch.Size`` ``("S", sizes)``, per
-    constant ``("C", value)``; ``None`` when some argument is none of these
-    or a size is symbolic."""
+    constant ``("C", value, type)``; ``None`` when some argument is none of
+    these or a size is symbolic."""
     found_args = _describe_each(args)
     found_kwargs = _describe_each(kwargs.values())
     if found_args is None or found_kwargs is None:
@@ -143,10 +143,13 @@ def _describe_one(value: Any) -> tuple | None:
                 if not has_static_value(n):
                     return None
         return ("S", tuple(value))
+    # a constant keyed by its type too: 1, 1.0 and True are equal keys otherwise
     if isinstance(value, (bool, int, float)):
-        return ("C", value) if not _dynamo_compiling() or has_static_value(value) else None
+        if _dynamo_compiling() and not has_static_value(value):
+            return None
+        return ("C", value, type(value))
     if isinstance(value, _CONSTANTS):
-        return ("C", value)
+        return ("C", value, type(value))
     return None
 
 
@@ -246,17 +249,22 @@ def output_action(x: DTensor, spec: Any, keep_partial: bool) -> tuple:
     shards gathered, pending sums completed), ``("keep", None)`` or
     ``("to", placements)`` (``spec``'s); cached, and decided outside
     dynamo's trace."""
-    spec = None if spec is None else tuple(tuple(names) for names in spec)  # hashable
     if _dynamo_compiling():
         return _output_action_untraced(tuple(x.placements), x.ndim, spec, keep_partial,
                                        x.device_mesh)
-    return _output_action(tuple(x.placements), x.ndim, spec, keep_partial, x.device_mesh)
+    return _output_action(tuple(x.placements), x.ndim, _hashable(spec), keep_partial,
+                          x.device_mesh)
+
+
+def _hashable(spec: Any) -> Any:
+    return None if spec is None else tuple(tuple(names) for names in spec)
 
 
 @torch.compiler.assume_constant_result
 def _output_action_untraced(placements: tuple, ndim: int, spec: Any, keep_partial: bool,
                             mesh) -> tuple:
-    return _output_action(placements, ndim, spec, keep_partial, getattr(mesh, "real_obj", mesh))
+    return _output_action(placements, ndim, _hashable(spec), keep_partial,
+                          getattr(mesh, "real_obj", mesh))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -278,10 +278,10 @@ class _JaxSemanticsMode(TorchFunctionMode):
         name = _name_of(func)
         if name in _PASSTHROUGH and not _ruled_property(name, func):
             return func(*args, **kwargs)
-        mesh, rehome = operands.find_mesh(args, kwargs)
+        mesh, rehome, plain = operands.find_mesh(args, kwargs)
         if mesh is None:
             return _plain(func, args, kwargs)
-        return _run(func, name or "", args, kwargs, mesh, None, rehome)
+        return _run(func, name or "", args, kwargs, mesh, None, rehome, plain)
 
 
 def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
@@ -292,10 +292,10 @@ def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
     if name in _PASSTHROUGH and not _ruled_property(name, func):
         fast_path.remember_direct(func)
         return func(*args, **kwargs)
-    mesh, rehome = operands.find_mesh(args, kwargs)
+    mesh, rehome, plain = operands.find_mesh(args, kwargs)
     if mesh is None:
         return _plain(func, args, kwargs)
-    return _run(func, name or "", args, kwargs, mesh, key, rehome)
+    return _run(func, name or "", args, kwargs, mesh, key, rehome, plain)
 
 
 def _plain(func, args: tuple, kwargs: dict) -> Any:
@@ -337,17 +337,23 @@ def _defer() -> bool:
 
 
 def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = None,
-         rehomed: bool = False) -> Any:
+         rehomed: bool = False, plain: bool = False) -> Any:
+    """The op with a DTensor operand on ``mesh`` (``operands.find_mesh``:
+    ``rehomed``, some on another object of the same mesh; ``plain``, a plain
+    tensor or numpy array among the operands), as the module docstring
+    says; ``key``: the call's fast-path signature, remembered if clean."""
     defer = _defer()
     if name == "__array_wrap__":
         return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
-    if operands.needs_promotion(args, kwargs):
+    if plain:
         if operands.writes_gradient_into_plain(name, args, kwargs):
             return operands.write_into_plain(func, args, kwargs)
         args, kwargs = operands.promote(args, kwargs, mesh)
     if rehomed:  # the same mesh as another object (an FSDP2 submesh): one mesh
         args, kwargs = operands.rehome(args, kwargs, mesh)
-    if loss_parallel.applies(func):  # the user asked for DTensor's own parallel loss
+    if loss_parallel.applies(func) or name in _OBSERVERS:
+        # DTensor's own parallel loss (the user asked for it), or an op that
+        # looks at values: pending sums completed, then the op as it is
         args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
         return func(*args, **kwargs)
     if name == "__array__":
@@ -359,9 +365,6 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         array = to_numpy(args[0])
         dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
         return array if dtype is None else array.astype(dtype)
-    if name in _OBSERVERS:
-        args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
-        return func(*args, **kwargs)
     if unreduced_ops.involved(args, kwargs):  # a typed pending sum (P(unreduced=)): JAX's rules
         return unreduced_ops.run(func, name, args, kwargs)
     if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] != "per_rank":
@@ -440,19 +443,33 @@ def _any_partial(out: Any) -> bool:
 
 
 def _map_dtensors(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
-    def one(loc, value):
-        if isinstance(value, DTensor):
-            return fn(loc, value)
-        if isinstance(value, (list, tuple)) and any(isinstance(v, DTensor) for v in value):
-            return type(value)(
-                fn(loc + (j,), v) if isinstance(v, DTensor) else v for j, v in enumerate(value)
-            )
-        return value
+    """``(args, kwargs)`` with ``fn(locator, t)`` for each DTensor ``t``
+    (one level into lists and tuples; locators as ``decision.operands``).
+    Index loops, not ``enumerate`` or generators: dynamo traces those
+    through its polyfills, several times the instructions, on every op."""
+    mapped_args = []
+    for i in range(len(args)):
+        mapped_args.append(_mapped(("a", i), args[i], fn))
+    mapped_kwargs = {}
+    for k in kwargs:
+        mapped_kwargs[k] = _mapped(("k", k), kwargs[k], fn)
+    return tuple(mapped_args), mapped_kwargs
 
-    return (
-        tuple(one(("a", i), a) for i, a in enumerate(args)),
-        {k: one(("k", k), v) for k, v in kwargs.items()},
-    )
+
+def _mapped(loc: tuple, value: Any, fn) -> Any:
+    if isinstance(value, DTensor):
+        return fn(loc, value)
+    if not isinstance(value, (list, tuple)):
+        return value
+    items, found = [], False
+    for j in range(len(value)):
+        item = value[j]
+        if isinstance(item, DTensor):
+            items.append(fn(loc + (j,), item))
+            found = True
+        else:
+            items.append(item)
+    return type(value)(items) if found else value
 
 
 def _finish(out: Any, outputs: Any, keep_partial: bool) -> Any:

@@ -52,7 +52,8 @@ _CONSTANTS = (bool, int, float, str, type(None), torch.dtype, torch.device, torc
 # a constant, which dynamo cannot build):
 #   (plan, actions, keep_partial)
 #   plan: None (no rule) or (inputs items, outputs, linear, chosen), as rules.Plan
-#   actions: one Action per DTensor operand, in the order ``operands`` visits them
+#   actions: one Action per DTensor operand, in the order ``operands`` visits them;
+#            () when no operand needs anything
 Action = tuple  # (complete first, placements to move to or None, guard, pending kept)
 
 
@@ -208,7 +209,12 @@ def _decide(plan: tuple | None, facts: list, mesh, defer: bool, grad: bool) -> t
         # the placements themselves: the collectives take them converted
         target = None if spec is None else placements_for(spec, mesh)
         actions.append((complete, target, guard, kept))
+    if all(action == _INERT for action in actions):
+        actions = []  # nothing to do to any operand: the mode skips the walk over them
     return plan, tuple(actions), keep_partial
+
+
+_INERT = (False, None, False, False)  # an Action that leaves its operand as it is
 
 
 def _visited(described: tuple):

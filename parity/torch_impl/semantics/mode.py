@@ -379,8 +379,11 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if plan is not None and plan[3]:  # chosen: on Explicit axes JAX refuses it
         explicit_check.refuse_if_explicit(func, name, rules.Plan(dict(plan[0]), plan[1], plan[2],
                                                                  plan[3]), args, kwargs, mesh)
-    prepared_args, prepared_kwargs, moved = _prepared(args, kwargs, actions, grad)
-    out, direct = _compute(func, name, prepared_args, prepared_kwargs, mesh, grad)
+    if actions:
+        args, kwargs, moved = _prepared(args, kwargs, actions, grad)
+    else:  # no operand needs anything (the decision says so once per description)
+        moved = False
+    out, direct = _compute(func, name, args, kwargs, mesh, grad)
     result = _finish(out, plan[1] if plan is not None else None, keep_partial)
     if (direct and key is not None and not moved and not rehomed and result is out
             and not _any_partial(out) and not (plan is not None and plan[3])

@@ -331,16 +331,11 @@ def _gathered_again(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
     """No strategy for these placements (a strided shard, a view of a
     sharded dim): the operands gathered above autograd and DTensor again."""
     def whole(value):
-        return redistribute.redistribute_to(value, ((),) * value.ndim)
-
-    def one(value):
         if isinstance(value, DTensor):
-            return whole(value)
-        if isinstance(value, (list, tuple)) and any(isinstance(v, DTensor) for v in value):
-            return type(value)(whole(v) if isinstance(v, DTensor) else v for v in value)
+            return redistribute.redistribute_to(value, ((),) * value.ndim)
         return value
 
-    args, kwargs = tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
+    args, kwargs = tree_map(whole, (args, kwargs))
     try:
         return func(*args, **kwargs)
     except (NotImplementedError, RuntimeError) as again:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import parity
 from parity.layout_space import all_specs
-from parity.torch_impl.layouts.placements import to_placements, to_spec
+from parity.torch_impl.layouts.specs import to_placements, to_spec
 
 
 def host_array(shape, seed=0):

@@ -25,7 +25,7 @@ from parity.torch_impl.runtime.devices import get_device_count, initialize, list
 from parity.torch_impl.runtime.devices import num_processes, process_id, simulate, torch_device
 from parity.torch_impl.runtime.state import device_type
 from parity.torch_impl.layouts.meshes import mesh_axis_names, to_parity_mesh, to_torch_mesh
-from parity.torch_impl.layouts.placements import to_placements, to_spec
+from parity.torch_impl.layouts.specs import to_placements, to_spec
 from parity.torch_impl.collectives.eager import all_gather, all_reduce, reduce_scatter
 from parity.torch_impl.collectives.gather import all_gather_variable
 from parity.torch_impl.collectives import traced as _traced  # noqa: F401 - registers their dynamo twins

@@ -27,22 +27,21 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.placement_types import Placement
 
 from parity.torch_impl.collectives.donation import require_dtensor
 from parity.torch_impl.collectives import flat_groups
 from parity.torch_impl.collectives.blocks import all_gather_block
-from parity.torch_impl.layouts.meshes import mesh_axis_names
 from parity.torch_impl.collectives.redistribute import resolve_pending
-from parity.torch_impl.layouts.specs import spec_of
+from parity.torch_impl.layouts.specs import mesh_axis_names, spec_of
+from parity.torch_impl.runtime.torch_compat import StridedShard
 from parity.torch_impl.layouts.tensors import result_spec
 
 def sharding_mesh_dims(x: DTensor) -> tuple[int, ...]:
-    """The mesh dims that split some dim of ``x``, in mesh order."""
-    spec = spec_of(x)
-    names = mesh_axis_names(x.device_mesh)
-    return tuple(sorted(names.index(a) for entry in spec for a in entry))
+    """The mesh dims that split some dim of ``x``, in mesh order (those
+    holding a shard, strided or not: the mesh axes its spec names)."""
+    return tuple(m for m, p in enumerate(x.placements) if isinstance(p, (Shard, StridedShard)))
 
 
 def _strided(placements: Sequence[Placement]) -> bool:
@@ -81,14 +80,15 @@ def gather_whole(x: DTensor) -> torch.Tensor:
     """The global array of ``x`` (no pending reduction, evenly sharded) as a
     plain tensor on every rank (a ``LocalTensor`` of equal blocks when
     simulated), through at most one all_gather."""
-    spec = spec_of(x)
-    mesh = x.device_mesh
-    names = mesh_axis_names(mesh)
     mesh_dims = sharding_mesh_dims(x)
     local = x._local_tensor.contiguous()
     if not mesh_dims:
         return local
-    gathered = all_gather_block(local.view(-1), 0, flat_groups.group(mesh, mesh_dims))
+    mesh = x.device_mesh
+    spec = spec_of(x)  # LayoutError for strided shards no spec describes
+    names = mesh_axis_names(mesh)
+    group = flat_groups.group(mesh, mesh_dims)
+    gathered = all_gather_block(local.view(-1), 0, group)
     gathered = gathered.view(*(mesh.shape[m] for m in mesh_dims), *local.shape)
     order = []
     for dim, entry in enumerate(spec):

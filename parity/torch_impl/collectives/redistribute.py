@@ -14,9 +14,11 @@ way: the flattened mesh is created once per mesh and set of axes
 redistribute whose placements hold no strided shard (torch asserts on a
 strided redistribute when it finds a flattened mesh).
 
-``redistribute_to(x, spec)`` lays ``x`` out as ``spec``; ``merged(x,
-placements)`` is the redistribute itself (differentiable, DTensor's own);
-``resolve_pending(x)`` the completion of every pending axis.
+``move(x, placements)`` lays ``x`` out as ``placements`` (the mode passes
+placements its cached decision already converted); ``redistribute_to(x,
+spec)`` is its front for a spec; ``merged(x, placements)`` is the
+redistribute itself (differentiable, DTensor's own); ``resolve_pending(x)``
+the completion of every pending axis.
 """
 
 from __future__ import annotations
@@ -78,12 +80,12 @@ def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     which cannot create a flattened mesh) it is DTensor's redistribute
     unchanged."""
     placements = tuple(placements)
-    if is_relabel(x, placements):  # pending only on mesh axes of size 1: nothing moves
-        return relabeled(x, placements)
     mesh = x.device_mesh
     groups = merge_groups(tuple(x.placements), placements)
-    if (not groups or _strided(x.placements) or _strided(placements)
-            or torch.compiler.is_dynamo_compiling()):
+    strided = _strided(x.placements) or _strided(placements)
+    if is_relabel(x, placements):  # pending only on mesh axes of size 1: nothing moves
+        return relabeled(x, placements)
+    if not groups or strided or torch.compiler.is_dynamo_compiling():
         return x.redistribute(mesh, placements)
     with contextlib.ExitStack() as stack:
         for dims in groups:
@@ -105,10 +107,11 @@ def resolve_pending(x: DTensor) -> DTensor:
     return merged(x, [Replicate() if isinstance(p, Partial) else p for p in x.placements])
 
 
-def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
-    """``x`` laid out as ``spec`` through DTensor's differentiable
-    ``redistribute`` (so autograd records it and backward runs the mirror
-    collective). Pending reductions are completed on the way.
+def move(x: DTensor, target: tuple, *, guard: bool = False) -> DTensor:
+    """``x`` laid out as the DTensor placements ``target`` through
+    DTensor's differentiable ``redistribute`` (so autograd records it and
+    backward runs the mirror collective). Pending reductions are completed
+    on the way.
 
     ``guard`` redistributes even when nothing moves: the autograd node then
     brings the gradient back to ``x``'s own placement; for a leaf that needs
@@ -116,25 +119,30 @@ def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
     in the gradient may wait for the backward's bucket).
     """
     mesh = x.device_mesh
-    target = placements_for(spec, mesh)
     current = tuple(x.placements)
-    if current == target:
-        if not guard:
-            return x
-        if x.is_leaf and x.requires_grad:
-            return leaf_entry(x)  # its gradient's completion may wait for the bucket
-        return x.redistribute(mesh, target)
-    if any(isinstance(p, Partial) for p in current):
-        # Partial -> strided shard is not implemented by DTensor: reduce first.
-        if any(isinstance(p, Partial) and not isinstance(t, (Replicate,)) and
-               type(t).__name__ == "_StridedShard" for p, t in zip(current, target)):
-            x = x.redistribute(mesh, [Replicate() if isinstance(p, Partial) else p
-                                      for p in current])
-    out = merged(x, target)  # pending sums over several axes: one collective
-    if any(isinstance(p, Partial) and p.reduce_op != "sum" for p in current):
-        # A pending mean (a mean over a sharded dim): DTensor's backward
-        # cannot turn a pending-sum gradient into Partial("avg") ("from one
-        # partial type (P(sum)) to another (P(avg)) is unsupported"); this
-        # same-placement node lays the gradient out as ``target`` first.
-        out = out.redistribute(mesh, target)
-    return out
+    if current != target:
+        if any(isinstance(p, Partial) for p in current):
+            # Partial -> strided shard is not implemented by DTensor: reduce first.
+            if any(isinstance(p, Partial) and not isinstance(t, (Replicate,)) and
+                   type(t).__name__ == "_StridedShard" for p, t in zip(current, target)):
+                x = x.redistribute(mesh, [Replicate() if isinstance(p, Partial) else p
+                                          for p in current])
+        out = merged(x, target)  # pending sums over several axes: one collective
+        if any(isinstance(p, Partial) and p.reduce_op != "sum" for p in current):
+            # A pending mean (a mean over a sharded dim): DTensor's backward
+            # cannot turn a pending-sum gradient into Partial("avg") ("from one
+            # partial type (P(sum)) to another (P(avg)) is unsupported"); this
+            # same-placement node lays the gradient out as ``target`` first.
+            out = out.redistribute(mesh, target)
+        return out
+    if not guard:
+        return x
+    if x.is_leaf and x.requires_grad:
+        return leaf_entry(x)  # its gradient's completion may wait for the bucket
+    return x.redistribute(mesh, target)
+
+
+def redistribute_to(x: DTensor, spec: Spec, *, guard: bool = False) -> DTensor:
+    """``move(x, placements_for(spec, mesh), guard=guard)``: ``x`` laid out
+    as ``spec``. Raises ``LayoutError`` for a spec the mesh cannot hold."""
+    return move(x, placements_for(spec, x.device_mesh), guard=guard)

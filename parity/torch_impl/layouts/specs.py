@@ -1,13 +1,33 @@
 """Specs of DTensors and the way back: the one spec <-> placements
-conversion on a torch mesh, cached (it runs on every op under
-``jax_semantics``).
+conversion, its table (``to_placements`` / ``to_spec``, pure) and its
+cached front on a torch mesh (it runs on every op under ``jax_semantics``).
 
 A spec is JAX's ``PartitionSpec`` as parity writes it: one tuple of mesh-axis
 names per tensor dim, ``()`` for replicated. ``spec_of(x)`` reads it from a
 DTensor (``spec_and_pending(x)`` also names the mesh axes of a pending
-reduction); ``placements_for(spec, mesh)`` gives the DTensor placements back
-(strided shards included). The table itself is ``placements``
-(``to_placements`` / ``to_spec``, pure); this module is its cached front.
+reduction; ``spec_of_placements`` from metadata alone);
+``placements_for(spec, mesh)`` gives the DTensor placements back (strided
+shards included).
+
+A spec gives, per tensor dim, the mesh axes that split it, major first (JAX's
+``PartitionSpec``). DTensor gives, per *mesh* dim, what that mesh dim does,
+and applies them left to right (mesh dim 0 splits first, so it is major):
+
+| spec entry of dim d          | placements                                     |
+|------------------------------|------------------------------------------------|
+| ``()``                       | ``Replicate()`` on every mesh dim not used     |
+| ``("a",)``                   | ``Shard(d)`` on mesh dim of ``a``              |
+| ``("a", "b")``, a before b   | ``Shard(d)`` on ``a`` and on ``b``             |
+| ``("b", "a")``, a before b   | ``_StridedShard(d, split_factor=size(b))`` on  |
+|                              | ``a``, ``Shard(d)`` on ``b``                   |
+| pending sum over ``a``       | ``Partial("sum")`` on ``a`` (never returned)   |
+
+The split factor of a mesh dim is the product of the sizes of the axes that
+are more major for that tensor dim (earlier in the spec entry) but come later
+in the mesh: DTensor's own rule (``DTensorSpec._convert_shard_order_to_StridedShard``).
+With it, each block lands on the device JAX puts it on: on a (2, 4) mesh
+``("data", "model")``, 16 elements over ``("model", "data")`` put [4, 6) on
+device 1 in both.
 
 Cache policy: the two caches below are keyed by values only (placements,
 shapes, axis names), never by a mesh or a process group, so they hold across
@@ -18,14 +38,103 @@ generation (``meshes``, ``tensors.result_spec``).
 from __future__ import annotations
 
 import functools
+import itertools
+import math
+from collections.abc import Sequence
 
 import torch
-from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor.placement_types import Placement
 
 from parity.errors import LayoutError
 from parity.layout import Spec
-from parity.torch_impl.layouts.placements import to_placements, to_spec
 from parity.torch_impl.runtime.torch_compat import StridedShard, traced_through
+
+
+# --- the table (pure) ----------------------------------------------------------
+
+
+def to_placements(
+    spec: Spec, mesh_shape: Sequence[int], axis_names: Sequence[str]
+) -> tuple[Placement, ...]:
+    """DTensor placements (one per mesh dim) for ``spec``.
+
+    Raises ``LayoutError`` for a name not in ``axis_names`` or used twice.
+    """
+    axis_names = tuple(axis_names)
+    placements: list[Placement] = [Replicate() for _ in axis_names]
+    used: set[str] = set()
+    for dim, names in enumerate(spec):
+        mesh_dims = []
+        for name in names:
+            if name not in axis_names:
+                raise LayoutError(
+                    f"Spec {spec} names mesh axis {name!r} on dim {dim}; the mesh "
+                    f"axes are {axis_names}.",
+                    what="spec", value=spec,
+                )
+            if name in used:
+                raise LayoutError(f"Mesh axis {name!r} is used twice in spec {spec}.", what="spec", value=spec)
+            used.add(name)
+            mesh_dims.append(axis_names.index(name))
+        for order, mesh_dim in enumerate(mesh_dims):
+            split = math.prod(  # a list: dynamo cannot trace prod(generator)
+                [mesh_shape[m] for m in mesh_dims[:order] if m > mesh_dim]
+            )
+            placements[mesh_dim] = (
+                Shard(dim) if split == 1 else StridedShard(dim, split_factor=split)
+            )
+    return tuple(placements)
+
+
+def to_spec(
+    placements: Sequence[Placement],
+    ndim: int,
+    mesh_shape: Sequence[int],
+    axis_names: Sequence[str],
+) -> tuple[Spec, tuple[str, ...]]:
+    """Inverse of ``to_placements``: ``(spec, pending_axes)``.
+
+    ``pending_axes`` names the mesh axes holding a ``Partial``. Raises
+    ``LayoutError`` for a strided shard no spec produces.
+    """
+    by_dim: dict[int, list[int]] = {}
+    pending = []
+    for mesh_dim, p in enumerate(placements):
+        if isinstance(p, (Shard, StridedShard)):  # a strided shard is shard-like
+            by_dim.setdefault(p.dim % ndim if ndim else p.dim, []).append(mesh_dim)
+        elif isinstance(p, Partial):
+            pending.append(axis_names[mesh_dim])
+    spec: list[tuple[str, ...]] = [() for _ in range(ndim)]
+    for dim, mesh_dims in by_dim.items():
+        for order in itertools.permutations(mesh_dims):
+            trial: list[tuple[str, ...]] = [() for _ in range(ndim)]
+            trial[dim] = tuple(axis_names[m] for m in order)
+            expected = to_placements(tuple(trial), mesh_shape, axis_names)
+            if all(_same_shard(expected[m], placements[m]) for m in mesh_dims):
+                spec[dim] = trial[dim]
+                break
+        else:
+            raise LayoutError(
+                f"Placements {tuple(placements)} shard dim {dim} in an order no "
+                "PartitionSpec describes.",
+                what="placements", value=tuple(placements),
+            )
+    return tuple(spec), tuple(pending)
+
+
+def _same_shard(a: Placement, b: Placement) -> bool:
+    if isinstance(a, StridedShard) or isinstance(b, StridedShard):
+        # Placement equality (same class, dim and split factor), not
+        # ``.split_factor``: dynamo reads only the members torch registers for
+        # an opaque placement (``dim``, ``__eq__``), so tracing the property
+        # raised "Dynamo does not know how to trace method `__get__`".
+        return a == b
+    return isinstance(a, Shard) and isinstance(b, Shard) and a.dim == b.dim
+
+
+# --- its cached front on a torch mesh --------------------------------------------
+
 
 
 def mesh_axis_names(torch_mesh) -> tuple[str, ...]:
@@ -98,17 +207,28 @@ def spec_and_pending(x: DTensor) -> tuple[Spec, tuple[str, ...]]:
     """``(spec, pending_axes)`` of a DTensor: ``pending_axes`` names the mesh
     axes holding a ``Partial``. Raises ``LayoutError`` for strided shards no
     spec describes (see ``describable``)."""
-    mesh = x.device_mesh
+    return _spec_and_pending(tuple(x.placements), x.ndim, x.device_mesh)
+
+
+def _spec_and_pending(placements: tuple, ndim: int, mesh) -> tuple[Spec, tuple[str, ...]]:
     if _dynamo_compiling():
-        found = _spec_untraced(tuple(x.placements), x.ndim, mesh)
+        found = _spec_untraced(placements, ndim, mesh)
         if found is not None:
             return found
-    return _spec(tuple(x.placements), x.ndim, tuple(mesh.shape), mesh_axis_names(mesh))
+    names = mesh_axis_names(mesh)
+    return _spec(placements, ndim, tuple(mesh.shape), names)
 
 
 def spec_of(x: DTensor) -> Spec:
     """The spec of a DTensor (its pending reductions aside)."""
     return spec_and_pending(x)[0]
+
+
+def spec_of_placements(placements: tuple, ndim: int, mesh) -> Spec:
+    """The spec of an ``ndim``-d DTensor with ``placements`` on the torch
+    ``mesh`` (its pending reductions aside): ``spec_of`` from metadata.
+    Raises ``LayoutError`` as ``spec_and_pending``."""
+    return _spec_and_pending(tuple(placements), ndim, mesh)[0]
 
 
 def has_partial(x: DTensor) -> bool:

@@ -51,7 +51,10 @@ def unreduced_axes(x: object) -> tuple[str, ...]:
     if type(x) is not DTensor:
         return ()
     placements = x.placements
-    if not any(type(p) is Unreduced for p in placements):
+    for p in placements:  # a loop, not any(generator): dynamo traces this per operand
+        if type(p) is Unreduced:
+            break
+    else:
         return ()
     names = mesh_axis_names(x.device_mesh)
     return tuple(n for n, p in zip(names, placements) if type(p) is Unreduced)

@@ -20,7 +20,8 @@ itself can run. The fallback is what JAX's partitioner does at worst:
   run once more with DTensor's ``implicit_replication()`` scoped to that
   one call; if that fails too, ``run_replicated``.
 
-When (``mode._run``):
+When (``mode._compute``: ``before_dtensor``, then DTensor, then
+``recover`` with the kind of DTensor's refusal):
 
 1. the op is on ``KNOWN_WRONG`` below: DTensor has a strategy that gives a
    wrong value or gradient for some placements -> ``run_replicated``
@@ -84,7 +85,7 @@ from torch.distributed.tensor.experimental import implicit_replication
 from parity.errors import UnsupportedOpError
 from parity.torch_impl.runtime.torch_compat import tree_map
 from parity.torch_impl.arrays.distribute import first_rank_value
-from parity.torch_impl.semantics import pending
+from parity.torch_impl.semantics import dtensor_errors, pending
 from parity.torch_impl.collectives import gather, redistribute
 from parity.torch_impl.semantics.rules.registry import torch_ops
 
@@ -295,8 +296,6 @@ def run_implicit(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
     """``func`` with plain tensors it creates inside treated as replicated
     (DTensor's ``implicit_replication()``, scoped to this call); where
     DTensor still refuses, ``run_replicated``."""
-    from parity.torch_impl.semantics import dtensor_errors
-
     try:
         with implicit_replication():
             return func(*args, **kwargs)
@@ -304,3 +303,50 @@ def run_implicit(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
         if dtensor_errors.kind(err) is None:
             raise
     return run_replicated(func, args, kwargs, mesh, "DTensor cannot run it on these placements")
+
+
+def before_dtensor(func: Any, args: tuple, kwargs: dict, grad: bool) -> bool:
+    """Whether ``func`` must run on the gathered operands before DTensor
+    sees it: on ``KNOWN_WRONG``, or on ``BACKWARD_MISSING`` with an operand
+    that needs a gradient (``grad``: autograd records). Raises
+    ``UnsupportedOpError`` for an op on ``REFUSED``."""
+    if refused(func):
+        refuse(func, args, kwargs)
+    return known_wrong(func) or (grad and backward_missing(func) and _needs_grad(args, kwargs))
+
+
+def recover(err: Exception, func: Any, args: tuple, kwargs: dict, mesh) -> Any:
+    """The op's result after DTensor refused it with ``err``, by the kind of
+    refusal (``dtensor_errors.kind``; policy in the module docstring):
+    ``mixed`` -> ``run_implicit``; ``placements`` -> the operands gathered
+    and DTensor again (``run_replicated`` if it still refuses); any other ->
+    ``run_replicated``. Raises ``err`` itself when it is a genuine error."""
+    found = dtensor_errors.kind(err)
+    if found is None:
+        raise err
+    return _RECOVERIES.get(found, _no_strategy)(func, args, kwargs, mesh)
+
+
+def _gathered_again(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
+    """No strategy for these placements (a strided shard, a view of a
+    sharded dim): the operands gathered above autograd and DTensor again."""
+    def whole(value):
+        if isinstance(value, DTensor):
+            return redistribute.redistribute_to(value, ((),) * value.ndim)
+        return value
+
+    args, kwargs = tree_map(whole, (args, kwargs))
+    try:
+        return func(*args, **kwargs)
+    except (NotImplementedError, RuntimeError) as again:
+        if dtensor_errors.kind(again) is None:
+            raise
+    return _no_strategy(func, args, kwargs, mesh)
+
+
+def _no_strategy(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
+    return run_replicated(func, args, kwargs, mesh, "DTensor has no strategy for it")
+
+
+# DTensor's refusal kind -> how the op runs instead (others: _no_strategy)
+_RECOVERIES = {"mixed": run_implicit, "placements": _gathered_again}

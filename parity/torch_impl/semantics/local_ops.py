@@ -44,6 +44,7 @@ minutes (over the 60 s a conformance case gets):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -55,6 +56,7 @@ from parity.torch_impl.semantics import pending
 from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.layouts.tensors import contiguous_stride, from_local_on_mesh
+from parity.torch_impl.semantics.attention import run_attention
 
 LOCAL_REDUCTIONS = frozenset({"prod", "__getitem__", "scaled_dot_product_attention", "tensordot",
                               "_batch_norm_with_update", "_batch_norm_with_update.default",
@@ -64,18 +66,24 @@ _BATCH_NORM_WITH_UPDATE = (torch.ops.aten._batch_norm_with_update,
                            torch.ops.aten._batch_norm_with_update.default)
 
 
+@dataclasses.dataclass(frozen=True)
+class OnWhole:
+    """``run_local_reduction``'s answer for a call each rank must run on
+    its full copy of the operands (``fallback.run_replicated``), and why."""
+
+    why: str
+
+
 def run_local_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``func(x, dim, keepdim)`` on each rank's block, an advanced index
-    that needs a gradient on each rank's full copy, attention on each rank's
-    block, tensordot on each rank's blocks, or batch norm as its quick
-    equivalent (above);
-    ``None`` when the call is none of these (a full reduction, basic
-    indexing: they go the usual way)."""
+    """``func(x, dim, keepdim)`` on each rank's block, attention on each
+    rank's block, tensordot on each rank's blocks, or batch norm as its
+    quick equivalent (above); ``OnWhole`` for an advanced index that needs
+    a gradient (and a tensordot torch broadcasts): the mode runs it on the
+    gathered operands; ``None`` when the call is none of these (a full
+    reduction, basic indexing: they go the usual way)."""
     if func is torch.Tensor.__getitem__:
         return _advanced_index_with_grad(args, kwargs)
     if func is torch.nn.functional.scaled_dot_product_attention:
-        from parity.torch_impl.semantics.attention import run_attention
-
         return run_attention(args, kwargs)
     if func is torch.tensordot:
         return _tensordot_local(args, kwargs)
@@ -106,8 +114,6 @@ def run_local_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _advanced_index_with_grad(args: tuple, kwargs: dict) -> Any:
-    from parity.torch_impl.semantics import fallback
-
     if len(args) != 2 or kwargs or not isinstance(args[0], DTensor):
         return None
     x, index = args
@@ -116,8 +122,7 @@ def _advanced_index_with_grad(args: tuple, kwargs: dict) -> Any:
     items = index if isinstance(index, tuple) else (index,)
     if R.index(S.spec_of(x), items) is not None:
         return None  # basic indexing: the getitem rule
-    return fallback.run_replicated(torch.Tensor.__getitem__, args, kwargs, x.device_mesh,
-                                   "DTensor cannot run its backward")
+    return OnWhole("DTensor cannot run its backward")
 
 
 def _tensordot_local(args: tuple, kwargs: dict) -> Any:
@@ -142,10 +147,7 @@ def _tensordot_local(args: tuple, kwargs: dict) -> Any:
            if la == lb):
         # torch broadcasts a contracted dim of size 1 against any size (JAX
         # refuses it; einsum on blocks raises "NYI"): torch's value, gathered
-        from parity.torch_impl.semantics import fallback
-
-        return fallback.run_replicated(torch.tensordot, args, kwargs, mesh,
-                                       "contracted dims of different sizes")
+        return OnWhole("contracted dims of different sizes")
     result = R.contract([(S.spec_of(a), tuple(a.shape)), (S.spec_of(b), tuple(b.shape))],
                         [lets_a, lets_b], out, S.axis_sizes(mesh))
     a, b = redistribute.redistribute_to(a, result.inputs[0]), redistribute.redistribute_to(b, result.inputs[1])

@@ -48,7 +48,7 @@ from torch.overrides import TorchFunctionMode
 from parity.torch_impl.semantics import (
     backward_scope,
     compile_support,
-    dtensor_errors,
+    decision,
     fallback,
     fast_path,
     grad_guard,
@@ -57,7 +57,6 @@ from parity.torch_impl.semantics import (
     operands,
     pending,
     rules,
-    traced_plans,
     unreduced_ops,
     zero_tensor_grads,
 )
@@ -229,7 +228,6 @@ def _name_of(func) -> str | None:
 
 
 _is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to True
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
 _grad_enabled = torch.is_grad_enabled
 _GRAD_ACCESS = (torch.Tensor.grad.__get__, torch.Tensor.grad.__set__)  # equal, never identical
 _GRADS_PENDING = gradient_buckets.PENDING  # [n]: leaves whose gradient waits in a bucket
@@ -284,10 +282,10 @@ class _JaxSemanticsMode(TorchFunctionMode):
         name = _name_of(func)
         if name in _PASSTHROUGH and not _ruled_property(name, func):
             return func(*args, **kwargs)
-        mesh, rehome = operands.find_mesh(args, kwargs)
+        mesh, rehome, plain = operands.find_mesh(args, kwargs)
         if mesh is None:
             return _plain(func, args, kwargs)
-        return _run(func, name or "", args, kwargs, mesh, None, rehome)
+        return _run(func, name or "", args, kwargs, mesh, None, rehome, plain)
 
 
 def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
@@ -298,10 +296,10 @@ def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
     if name in _PASSTHROUGH and not _ruled_property(name, func):
         fast_path.remember_direct(func)
         return func(*args, **kwargs)
-    mesh, rehome = operands.find_mesh(args, kwargs)
+    mesh, rehome, plain = operands.find_mesh(args, kwargs)
     if mesh is None:
         return _plain(func, args, kwargs)
-    return _run(func, name or "", args, kwargs, mesh, key, rehome)
+    return _run(func, name or "", args, kwargs, mesh, key, rehome, plain)
 
 
 def _plain(func, args: tuple, kwargs: dict) -> Any:
@@ -343,17 +341,23 @@ def _defer() -> bool:
 
 
 def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = None,
-         rehomed: bool = False) -> Any:
+         rehomed: bool = False, plain: bool = False) -> Any:
+    """The op with a DTensor operand on ``mesh`` (``operands.find_mesh``:
+    ``rehomed``, some on another object of the same mesh; ``plain``, a plain
+    tensor or numpy array among the operands), as the module docstring
+    says; ``key``: the call's fast-path signature, remembered if clean."""
     defer = _defer()
     if name == "__array_wrap__":
         return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
-    if operands.needs_promotion(args, kwargs):
+    if plain:
         if operands.writes_gradient_into_plain(name, args, kwargs):
             return operands.write_into_plain(func, args, kwargs)
         args, kwargs = operands.promote(args, kwargs, mesh)
     if rehomed:  # the same mesh as another object (an FSDP2 submesh): one mesh
         args, kwargs = operands.rehome(args, kwargs, mesh)
-    if loss_parallel.applies(func):  # the user asked for DTensor's own parallel loss
+    if loss_parallel.applies(func) or name in _OBSERVERS:
+        # DTensor's own parallel loss (the user asked for it), or an op that
+        # looks at values: pending sums completed, then the op as it is
         args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
         return func(*args, **kwargs)
     if name == "__array__":
@@ -365,9 +369,6 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         array = to_numpy(args[0])
         dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
         return array if dtype is None else array.astype(dtype)
-    if name in _OBSERVERS:
-        args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
-        return func(*args, **kwargs)
     if unreduced_ops.involved(args, kwargs):  # a typed pending sum (P(unreduced=)): JAX's rules
         return unreduced_ops.run(func, name, args, kwargs)
     if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] != "per_rank":
@@ -376,84 +377,63 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     original = func  # sgn of a real tensor runs as sign: its ZeroTensor gradient crashed
     func = zero_tensor_grads.replacement(func, args, kwargs)  # simulated ranks (torch #108983)
     grad = torch.is_grad_enabled()
-    if _dynamo_compiling():  # the whole decision made outside dynamo's trace
-        decided = traced_plans.decision_for(func, args, kwargs, mesh, defer, grad)
-        if decided is not None:
-            return _run_decided(func, name, args, kwargs, mesh, grad, decided)
-    plan = traced_plans.plan_for(func, args, kwargs, mesh)  # rules.plan_for; outside dynamo's trace
-    if plan is not None and plan.chosen:  # JAX's explicit mode refuses it: on Explicit axes, raise
-        explicit_check.refuse_if_explicit(func, name, plan, args, kwargs, mesh)
-    keep_partial = defer and plan is not None and plan.linear
-    targets = plan.inputs if plan is not None else {}
-
-    moved = []  # operands the rule changed: the call is not clean
-
-    def prepare(loc, t: DTensor) -> DTensor:
-        spec = targets.get(loc)
-        partial = S.has_partial(t)
-        if partial and not keep_partial:
-            t = pending.complete(t)
-            partial = False
-            moved.append(loc)  # a pending operand: the call is never clean
-        guard = grad and t.requires_grad and t.is_leaf  # not grad_fn: dynamo
-        if spec is None or partial:
-            out = redistribute.redistribute_to(t, S.spec_of(t), guard=True) if guard else t
-        else:
-            out = redistribute.redistribute_to(t, spec, guard=guard)
-        if out is not t or partial:
-            moved.append(loc)
-            if grad and out.requires_grad and not torch.compiler.is_compiling():
-                out = grad_guard.guard(out)
-        return out
-
-    prepared_args, prepared_kwargs = _map_dtensors(args, kwargs, prepare)
-    out, direct = _compute(func, name, prepared_args, prepared_kwargs, mesh, grad)
-    result = _finish(out, plan, keep_partial)
+    # the decision around the op: cached per description of the call, and
+    # made outside dynamo's trace under torch.compile (see ``decision``)
+    plan, actions, keep_partial = decision.decision_for(func, args, kwargs, mesh, defer, grad)
+    if plan is not None and plan[3]:  # chosen: on Explicit axes JAX refuses it
+        explicit_check.refuse_if_explicit(func, name, rules.Plan(dict(plan[0]), plan[1], plan[2],
+                                                                 plan[3]), args, kwargs, mesh)
+    if actions:
+        args, kwargs, moved = _prepared(args, kwargs, actions, grad)
+    else:  # no operand needs anything (the decision says so once per description)
+        moved = False
+    out, direct = _compute(func, name, args, kwargs, mesh, grad)
+    result = _finish(out, plan[1] if plan is not None else None, keep_partial)
     if (direct and key is not None and not moved and not rehomed and result is out
-            and not _any_partial(out) and not (plan is not None and plan.chosen)
+            and not _any_partial(out) and not (plan is not None and plan[3])
             and not random_ops.listed(func) and func is original):  # chosen: re-checked per
         # mesh; random: per option; a replaced op: the fast path would run the original
         fast_path.remember(key)
     return result
 
 
-def _run_decided(func, name: str, args: tuple, kwargs: dict, mesh, grad: bool,
-                 decided: tuple) -> Any:
-    """``_run``'s rest under dynamo, for a call ``traced_plans.decision_for``
-    decided outside the trace: dynamo traces the completions, redistributes
-    and the op that ``decided`` names, not the Python that chose them
-    (eagerly ``_run`` decides per call, and the fast path skips it)."""
-    plan, actions, keep_partial = decided
-    if plan is not None and plan[3]:  # chosen: on Explicit axes JAX refuses it
-        explicit_check.refuse_if_explicit(func, name, rules.Plan(dict(plan[0]), plan[1], plan[2],
-                                                                 plan[3]), args, kwargs, mesh)
+def _prepared(args: tuple, kwargs: dict, actions: tuple, grad: bool) -> tuple[tuple, dict, bool]:
+    """``(args, kwargs, moved)``: each DTensor operand as its ``Action``
+    says (a pending sum completed, redistributed, a leaf guarded); ``moved``
+    whether any operand changed (the call is then never clean)."""
     visits = [0]
+    moved = [False]
 
     def prepare(loc, t: DTensor) -> DTensor:
-        complete, spec, guard = actions[visits[0]]
+        complete, target, guard, kept = actions[visits[0]]
         visits[0] += 1
         if complete:
             t = pending.complete(t)
-        return t if spec is None else redistribute.redistribute_to(t, spec, guard=guard)
+            moved[0] = True  # a pending operand: the call is never clean
+        out = t if target is None else redistribute.move(t, target, guard=guard)
+        if out is not t or kept:
+            moved[0] = True
+            if grad and out.requires_grad and not torch.compiler.is_compiling():
+                out = grad_guard.guard(out)
+        return out
 
     prepared_args, prepared_kwargs = _map_dtensors(args, kwargs, prepare)
-    out, _ = _compute(func, name, prepared_args, prepared_kwargs, mesh, grad)
-    return _finish_decided(out, plan[1] if plan is not None else None, keep_partial)
+    return prepared_args, prepared_kwargs, moved[0]
 
 
 def _compute(func, name: str, args: tuple, kwargs: dict, mesh, grad: bool) -> tuple[Any, bool]:
     """``(out, direct)``: the op on its prepared operands -- each rank's
     block (``local_ops``), the fallback where DTensor's strategy is wrong or
-    missing, else DTensor itself (``direct``), recovering where DTensor
-    refuses (``_recover``). Raises what the op raises."""
+    missing (``fallback.before_dtensor``), else DTensor itself (``direct``),
+    recovering where DTensor refuses (``fallback.recover``). Raises what the
+    op raises."""
     if name in local_ops.LOCAL_REDUCTIONS:
         out = local_ops.run_local_reduction(func, args, kwargs)
+        if isinstance(out, local_ops.OnWhole):  # each rank on the gathered operands
+            return fallback.run_replicated(func, args, kwargs, mesh, out.why), False
         if out is not None:
             return out, False
-    if fallback.refused(func):
-        fallback.refuse(func, args, kwargs)
-    if fallback.known_wrong(func) or (
-            grad and fallback.backward_missing(func) and _needs_grad(args, kwargs)):
+    if fallback.before_dtensor(func, args, kwargs, grad):
         # DTensor's strategy is wrong for some placements (fallback.KNOWN_WRONG),
         # or it has none for the backward (fallback.BACKWARD_MISSING)
         return fallback.run_replicated(func, args, kwargs, mesh,
@@ -461,33 +441,7 @@ def _compute(func, name: str, args: tuple, kwargs: dict, mesh, grad: bool) -> tu
     try:
         return func(*args, **kwargs), True
     except (NotImplementedError, RuntimeError) as err:
-        return _recover(err, func, args, kwargs, mesh), False
-
-
-def _recover(err: Exception, func, args: tuple, kwargs: dict, mesh) -> Any:
-    """The op's result after DTensor refused it with ``err`` (see
-    ``fallback`` for the policy); ``err`` itself when it is a genuine error."""
-    found = dtensor_errors.kind(err)
-    if found is None:
-        raise err
-    if found == "mixed":
-        return fallback.run_implicit(func, args, kwargs, mesh)
-    if found == "placements":
-        # No strategy for these placements (a strided shard, a view of a
-        # sharded dim): gather the operands above autograd and run again.
-        args, kwargs = _map_dtensors(args, kwargs,
-                                     lambda loc, t: redistribute.redistribute_to(t, ((),) * t.ndim))
-        try:
-            return func(*args, **kwargs)
-        except (NotImplementedError, RuntimeError) as again:
-            if dtensor_errors.kind(again) is None:
-                raise
-    return fallback.run_replicated(func, args, kwargs, mesh, "DTensor has no strategy for it")
-
-
-def _needs_grad(args: tuple, kwargs: dict) -> bool:
-    leaves, _ = tree_flatten((args, kwargs))
-    return any(isinstance(t, DTensor) and t.requires_grad for t in leaves)
+        return fallback.recover(err, func, args, kwargs, mesh), False
 
 
 def _any_partial(out: Any) -> bool:
@@ -496,60 +450,46 @@ def _any_partial(out: Any) -> bool:
 
 
 def _map_dtensors(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
-    def one(loc, value):
-        if isinstance(value, DTensor):
-            return fn(loc, value)
-        if isinstance(value, (list, tuple)) and any(isinstance(v, DTensor) for v in value):
-            return type(value)(
-                fn(loc + (j,), v) if isinstance(v, DTensor) else v for j, v in enumerate(value)
-            )
+    """``(args, kwargs)`` with ``fn(locator, t)`` for each DTensor ``t``
+    (one level into lists and tuples; locators as ``decision.operands``).
+    Index loops, not ``enumerate`` or generators: dynamo traces those
+    through its polyfills, several times the instructions, on every op."""
+    mapped_args = []
+    for i in range(len(args)):
+        mapped_args.append(_mapped(("a", i), args[i], fn))
+    mapped_kwargs = {}
+    for k in kwargs:
+        mapped_kwargs[k] = _mapped(("k", k), kwargs[k], fn)
+    return tuple(mapped_args), mapped_kwargs
+
+
+def _mapped(loc: tuple, value: Any, fn) -> Any:
+    if isinstance(value, DTensor):
+        return fn(loc, value)
+    if not isinstance(value, (list, tuple)):
         return value
-
-    return (
-        tuple(one(("a", i), a) for i, a in enumerate(args)),
-        {k: one(("k", k), v) for k, v in kwargs.items()},
-    )
-
-
-def _finish(out: Any, plan, keep_partial: bool) -> Any:
-    if (isinstance(out, DTensor) and plan is None and not S.has_partial(out)
-            and not S.has_strided(out)):
-        return out
-    leaves, tree = tree_flatten(out)
-    tensors = [i for i, leaf in enumerate(leaves) if isinstance(leaf, DTensor)]
-    if not tensors:
-        return out
-    wanted = None
-    if plan is not None and plan.outputs is not None:
-        outs = [leaves[i] for i in tensors]
-        wanted = plan.outputs(outs) if callable(plan.outputs) else plan.outputs
-    changed = False
-    for k, i in enumerate(tensors):
-        t = leaves[i]
-        spec = wanted[k] if wanted is not None and k < len(wanted) else None
-        if keep_partial and S.has_partial(t):
-            leaves[i] = pending.mark_deferred(t)
-            changed = True
-            continue
-        if spec is None or len(spec) != t.ndim:
-            if S.has_partial(t) or not S.describable(t):
-                leaves[i] = pending.complete(S.without_strided(t))
-                changed = True
-            continue
-        if S.placements_for(spec, t.device_mesh) != tuple(t.placements):
-            leaves[i] = redistribute.redistribute_to(t, spec)
-            changed = True
-    return tree_unflatten(leaves, tree) if changed else out
+    items, found = [], False
+    for j in range(len(value)):
+        item = value[j]
+        if isinstance(item, DTensor):
+            items.append(fn(loc + (j,), item))
+            found = True
+        else:
+            items.append(item)
+    return type(value)(items) if found else value
 
 
-def _finish_decided(out: Any, outputs: tuple | None, keep_partial: bool) -> Any:
-    """``_finish`` under dynamo: each output's action decided outside the
-    trace (``traced_plans.output_action``) from its placements and the spec
-    the plan gives it (``outputs``, or ``None``)."""
+def _finish(out: Any, outputs: Any, keep_partial: bool) -> Any:
+    """Each DTensor output laid out as the plan's ``outputs`` say (a spec
+    per output, ``None``, or a function of the outputs giving them), pending
+    sums completed or deferred; each output's action from
+    ``decision.output_action`` (cached; outside dynamo's trace)."""
     if isinstance(out, DTensor):
         leaves, tree = [out], None
     else:
         leaves, tree = tree_flatten(out)
+    if callable(outputs):
+        outputs = outputs([t for t in leaves if isinstance(t, DTensor)])
     changed = False
     k = 0
     for i in range(len(leaves)):
@@ -558,7 +498,7 @@ def _finish_decided(out: Any, outputs: tuple | None, keep_partial: bool) -> Any:
             continue
         spec = outputs[k] if outputs is not None and k < len(outputs) else None
         k += 1
-        kind, target = traced_plans.output_action(t, spec, keep_partial)
+        kind, target = decision.output_action(t, spec, keep_partial)
         if kind == "keep":
             continue
         if kind == "defer":
@@ -566,7 +506,7 @@ def _finish_decided(out: Any, outputs: tuple | None, keep_partial: bool) -> Any:
         elif kind == "complete":
             leaves[i] = pending.complete(S.without_strided(t))
         else:
-            leaves[i] = redistribute.redistribute_to(t, target)
+            leaves[i] = redistribute.move(t, target)
         changed = True
     if not changed:
         return out

@@ -21,7 +21,7 @@ from torch.distributed.tensor import DTensor, Replicate
 
 from parity import sharding_rules as R
 from parity.errors import MeshMismatchError
-from parity.torch_impl.collectives.redistribute import redistribute_to
+from parity.torch_impl.collectives.redistribute import move
 from parity.torch_impl.runtime import state
 from parity.torch_impl.layouts import mesh_identity
 from parity.torch_impl.layouts import specs as S
@@ -30,41 +30,46 @@ from parity.torch_impl.layouts.tensors import as_host_tensor
 _SEQ = (list, tuple)
 
 
-def find_mesh(args: tuple, kwargs: dict) -> tuple[Any, bool]:
-    """``(mesh, rehome)``: the torch ``DeviceMesh`` shared by every DTensor
-    among the arguments (one level into lists and tuples), or ``None`` when
-    there is no DTensor; ``rehome`` is whether some DTensor lives on another
-    mesh object that is the same mesh (an FSDP2 submesh and a 1-D mesh of the
-    same ranks, which torch compares unequal: ``rehome`` moves it).
+def find_mesh(args: tuple, kwargs: dict) -> tuple[Any, bool, bool]:
+    """``(mesh, rehome, plain)``: the torch ``DeviceMesh`` shared by every
+    DTensor among the arguments (one level into lists and tuples), or
+    ``None`` when there is no DTensor; ``rehome`` is whether some DTensor
+    lives on another mesh object that is the same mesh (an FSDP2 submesh and
+    a 1-D mesh of the same ranks, which torch compares unequal: ``rehome``
+    moves it); ``plain`` whether some operand is a plain tensor or a numpy
+    array (``promote`` replicates them). One walk over the operands.
 
     Raises ``ShardingError`` when two DTensors live on different meshes.
     """
-    mesh, rehome = None, False
+    mesh, rehome, plain = None, False, False
     for value in _operands(args, kwargs):
-        if isinstance(value, DTensor):
-            other = value.device_mesh
-            if mesh is None:
-                mesh = other
+        if not isinstance(value, DTensor):
+            if isinstance(value, (torch.Tensor, np.ndarray)):
+                plain = True
+            continue
+        other = value.device_mesh
+        if mesh is None:
+            mesh = other
+            continue
+        if _dynamo_compiling():  # no ``is`` on dynamo's mesh variables
+            how = _how_meshes_differ(mesh, other)
+        elif other is mesh or other == mesh:
+            continue
+        else:
+            how = mesh_identity.differences(mesh, other)
+        if how is not None:
+            if not how:  # the same devices and names: one mesh (rehome)
+                rehome = True
                 continue
-            if _dynamo_compiling():  # no ``is`` on dynamo's mesh variables
-                how = _how_meshes_differ(mesh, other)
-            elif other is mesh or other == mesh:
-                continue
-            else:
-                how = mesh_identity.differences(mesh, other)
-            if how is not None:
-                if not how:  # the same devices and names: one mesh (rehome)
-                    rehome = True
-                    continue
-                raise MeshMismatchError(
-                    "Operands live on different device meshes: "
-                    f"{_describe_mesh(mesh)} and {_describe_mesh(other)} (they differ in "
-                    f"{'; '.join(how)}). JAX refuses this too; move one with "
-                    "distribute_tensor onto the other's mesh (via to_numpy when the "
-                    "devices differ).",
-                    first=mesh, second=other,
-                )
-    return mesh, rehome
+            raise MeshMismatchError(
+                "Operands live on different device meshes: "
+                f"{_describe_mesh(mesh)} and {_describe_mesh(other)} (they differ in "
+                f"{'; '.join(how)}). JAX refuses this too; move one with "
+                "distribute_tensor onto the other's mesh (via to_numpy when the "
+                "devices differ).",
+                first=mesh, second=other,
+            )
+    return mesh, rehome, plain
 
 
 def rehome(args: tuple, kwargs: dict, mesh) -> tuple[tuple, dict]:
@@ -117,26 +122,17 @@ def _describe_mesh(mesh) -> str:
     return f"mesh(shape={tuple(mesh.shape)}, axes={names}, ranks={mesh.mesh.flatten().tolist()})"
 
 
-def _operands(args: tuple, kwargs: dict):
-    for value in args:
+def _operands(args: tuple, kwargs: dict) -> list:
+    """The arguments, one level into lists and tuples. A list, not a
+    generator: dynamo traces a generator through its polyfills, several
+    times the instructions (this runs per op under torch.compile)."""
+    found = []
+    for value in (*args, *kwargs.values()):
         if isinstance(value, _SEQ):
-            yield from value
+            found.extend(value)
         else:
-            yield value
-    for value in kwargs.values():
-        if isinstance(value, _SEQ):
-            yield from value
-        else:
-            yield value
-
-
-def needs_promotion(args: tuple, kwargs: dict) -> bool:
-    for value in _operands(args, kwargs):
-        if isinstance(value, np.ndarray) or (
-            isinstance(value, torch.Tensor) and not isinstance(value, DTensor)
-        ):
-            return True
-    return False
+            found.append(value)
+    return found
 
 
 def writes_gradient_into_plain(name: str, args: tuple, kwargs: dict) -> bool:
@@ -217,10 +213,11 @@ def wrap_numpy_result(like: DTensor, array: Any) -> DTensor:
     operand), replicated where the shapes differ. Not differentiable: numpy
     computed it.
     """
-    host = as_host_tensor(np.asarray(array))
     mesh = like.device_mesh
-    spec = S.spec_of(like) if tuple(host.shape) == tuple(like.shape) else ((),) * host.ndim
-    spec = R.fit_to_shape(spec, tuple(host.shape), S.axis_sizes(mesh))
     # on ``like``'s torch mesh directly: replicated, then each rank's slice
     # (DTensor's Replicate -> Shard is a local chunk, no collective)
-    return redistribute_to(replicate(host, mesh), spec)
+    replicated = replicate(np.asarray(array), mesh)
+    shape = tuple(replicated.shape)
+    spec = S.spec_of(like) if shape == tuple(like.shape) else ((),) * len(shape)
+    spec = R.fit_to_shape(spec, shape, S.axis_sizes(mesh))
+    return move(replicated, S.placements_for(spec, mesh))

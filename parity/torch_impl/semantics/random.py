@@ -323,116 +323,94 @@ def _contiguous_strides(shape: tuple) -> tuple:
     return tuple(reversed(strides))
 
 
-def _block_index(shape: tuple, spec, mesh) -> torch.Tensor:
-    """The global row-major indices of this rank's block of a tensor of
-    ``shape`` laid out as ``spec`` (a local tensor): per dim a 1-d range,
-    cut as that dim is (a local slice of a replicated vector: no
-    communication), broadcast-summed. Nothing of global size is made."""
-    index = torch.zeros((), dtype=torch.int64)
-    for d, (n, stride) in enumerate(zip(shape, _contiguous_strides(shape))):
-        vec = torch.arange(n, dtype=torch.int64) * stride
-        if spec[d]:
-            whole = DTensor.from_local(vec, mesh, [Replicate()] * mesh.ndim, run_check=False)
-            vec = redistribute.redistribute_to(whole, (spec[d],)).to_local()
-        index = index.unsqueeze(-1) + vec
-    return index
-
-
-def _counter_tensor(like: Any, fill, shape: tuple | None = None, spec=None) -> torch.Tensor:
-    """``fill(index)`` on the global indices of a tensor of ``shape``
-    (``like``'s by default): for a DTensor ``like`` only this rank's block
-    of them, laid out as ``spec`` (``like``'s by default) and returned as a
-    DTensor; for a plain ``like`` the whole tensor."""
-    shape = tuple(like.shape) if shape is None else tuple(shape)
-    if not isinstance(like, DTensor):
-        return fill(torch.arange(math.prod(shape), dtype=torch.int64).view(shape))
-    mesh = like.device_mesh
-    spec = S.spec_of(like) if spec is None else spec
-    local = fill(_block_index(shape, spec, mesh))
-    return DTensor.from_local(local, mesh, S.placements_for(spec, mesh), run_check=False,
-                              shape=torch.Size(shape), stride=_contiguous_strides(shape))
-
-
 def run_counter(func: Any, args: tuple, kwargs: dict) -> Any:
     """A call ``by_counter`` accepts, on DTensors or plain tensors, drawn
     from threefry: each element's value is a function of the call's key and
     its global index, so every layout -- and the plain tensor -- gets the
     same values, and a rank computes only its block."""
-    if func in _DROPOUT or func in _FEATURE_DROPOUT:
-        return _counter_dropout(func, args, kwargs)
     x = args[0] if args else kwargs.get("tensor", kwargs.get("input"))
+    if func in _FEATURE_DROPOUT and {F.dropout1d: 3, F.dropout3d: 5}.get(func) == x.ndim + 1:
+        # unbatched, as F.dropoutNd: the batch dim added first
+        inplace = bool(_arg(args, kwargs, 3, "inplace", False))
+        out = run_counter(torch.feature_dropout, (x.unsqueeze(0), _arg(args, kwargs, 1, "p", 0.5),
+                                                  True), {})
+        return out.squeeze(0) if not inplace else x.copy_(out.squeeze(0))
+    draw = _draw_of(func, args, kwargs, x)
+    generator = None if func in _DROPOUT or func in _FEATURE_DROPOUT or func in _LIKE else (
+        kwargs.get("generator"))
+    noise = _counter_values(x, draw, _key(generator), feature=func in _FEATURE_DROPOUT)
+    if func in _DROPOUT or func in _FEATURE_DROPOUT:
+        inplace = func in (torch.dropout_, torch.feature_dropout_) or bool(
+            _arg(args, kwargs, 3, "inplace", False))
+        return x.mul_(noise) if inplace else x * noise
     if func in _LIKE:
-        dtype = kwargs.get("dtype") or x.dtype
-        key = _key(None)
-        if func is torch.rand_like:
-            out = _counter_tensor(x, lambda i: threefry.uniform(key, i, dtype))
-        elif func is torch.randn_like:
-            out = _counter_tensor(x, lambda i: threefry.normal(key, i, dtype))
-        else:  # randint_like(x, high) or (x, low, high)
-            ints = [a for a in args[1:3]] + [kwargs[k] for k in ("low", "high") if k in kwargs]
-            low, high = (0, ints[0]) if len(ints) == 1 else (ints[0], ints[1])
-            out = _counter_tensor(x, lambda i: threefry.integers(key, i, int(low), int(high),
-                                                                 dtype))
-        return out.requires_grad_() if kwargs.get("requires_grad") else out
-    key = _key(kwargs.get("generator"))
-    dtype = x.dtype
-    if func in (torch.Tensor.uniform_, torch.nn.init.uniform_):
-        names = ("from", "to") if func is torch.Tensor.uniform_ else ("a", "b")
-        low = float(_arg(args, kwargs, 1, names[0], 0.0))
-        high = float(_arg(args, kwargs, 2, names[1], 1.0))
-        values = _counter_tensor(x, lambda i: threefry.uniform(key, i, dtype, low, high))
-    elif func in (torch.Tensor.normal_, torch.nn.init.normal_):
-        mean = float(_arg(args, kwargs, 1, "mean", 0.0))
-        std = float(_arg(args, kwargs, 2, "std", 1.0))
-        values = _counter_tensor(x, lambda i: threefry.normal(key, i, dtype) * std + mean)
-    else:  # bernoulli_ with a scalar p: JAX's bernoulli, u < p
-        p = float(_arg(args, kwargs, 1, "p", 0.5))
-        values = _counter_tensor(
-            x, lambda i: (threefry.uniform(key, i, torch.float32) < p).to(dtype))
+        return noise.requires_grad_() if kwargs.get("requires_grad") else noise
     if func in _INIT:
         with torch.no_grad():  # as nn.init itself
-            return x.copy_(values)
-    return x.copy_(values)
+            return x.copy_(noise)
+    return x.copy_(noise)
 
 
-def _counter_dropout(func: Any, args: tuple, kwargs: dict) -> Any:
-    """Dropout with a threefry mask: ``x * noise``, ``noise`` 0 or
-    ``1 / (1 - p)`` (torch's formula), keep where ``u < 1 - p`` (JAX's
-    bernoulli); feature dropouts draw one value per ``(N, C)``, laid out as
-    ``x``'s first two dims and broadcast over the rest."""
-    x = args[0] if args else kwargs["input"]
-    p = float(_arg(args, kwargs, 1, "p", 0.5))
-    inplace = func in (torch.dropout_, torch.feature_dropout_) or bool(
-        _arg(args, kwargs, 3, "inplace", False))
-    feature = func in _FEATURE_DROPOUT
+def _draw_of(func: Any, args: tuple, kwargs: dict, x: Any) -> threefry.Draw:
+    """What a counter call draws per element (``threefry.Draw``)."""
+    if func in _DROPOUT or func in _FEATURE_DROPOUT:
+        # torch's formula (0 or 1 / (1 - p)), kept where u < 1 - p (JAX's bernoulli)
+        return threefry.Draw("dropout", x.dtype, p=float(_arg(args, kwargs, 1, "p", 0.5)))
+    if func in _LIKE:
+        dtype = kwargs.get("dtype") or x.dtype
+        if func is torch.rand_like:
+            return threefry.Draw("uniform", dtype)
+        if func is torch.randn_like:
+            return threefry.Draw("normal", dtype)
+        # randint_like(x, high) or (x, low, high)
+        ints = [a for a in args[1:3]] + [kwargs[k] for k in ("low", "high") if k in kwargs]
+        low, high = (0, ints[0]) if len(ints) == 1 else (ints[0], ints[1])
+        return threefry.Draw("integers", dtype, low=int(low), high=int(high))
+    if func in (torch.Tensor.uniform_, torch.nn.init.uniform_):
+        names = ("from", "to") if func is torch.Tensor.uniform_ else ("a", "b")
+        return threefry.Draw("uniform", x.dtype, low=float(_arg(args, kwargs, 1, names[0], 0.0)),
+                             high=float(_arg(args, kwargs, 2, names[1], 1.0)))
+    if func in (torch.Tensor.normal_, torch.nn.init.normal_):
+        return threefry.Draw("normal", x.dtype, mean=float(_arg(args, kwargs, 1, "mean", 0.0)),
+                             std=float(_arg(args, kwargs, 2, "std", 1.0)))
+    # bernoulli_ with a scalar p: JAX's bernoulli, u < p
+    return threefry.Draw("bernoulli", x.dtype, p=float(_arg(args, kwargs, 1, "p", 0.5)))
+
+
+def _counter_values(like: Any, draw: threefry.Draw, key: tuple[int, int],
+                    feature: bool) -> torch.Tensor:
+    """``draw``'s values at the global indices of ``like``'s elements (a
+    feature dropout: one per ``(N, C)``, broadcast over the other dims):
+    for a DTensor only this rank's block, a DTensor laid out as ``like``
+    (per dim a range cut as that dim is -- a local slice of a replicated
+    vector, no communication -- broadcast-summed: nothing of global size);
+    for a plain tensor the whole tensor."""
+    shape = tuple(like.shape)
+    drawn = (shape[0], shape[1]) + (1,) * (len(shape) - 2) if feature else shape
+    if isinstance(like, DTensor):
+        mesh = like.device_mesh
+        spec = S.spec_of(like)
+        if feature:  # laid out as like's first two dims (the rest broadcast locally)
+            spec = tuple(spec[:2]) + ((),) * (len(shape) - 2)
+        per_dim = [S.placements_for((entry,), mesh) if entry else None for entry in spec]
+        placements = tuple(like.placements) if feature else S.placements_for(spec, mesh)
+        index = torch.zeros((), dtype=torch.int64)
+        replicated = [Replicate()] * mesh.ndim
+        for n, stride, cut in zip(drawn, _contiguous_strides(drawn), per_dim):
+            vec = torch.arange(n, dtype=torch.int64) * stride
+            if cut is not None:
+                whole = DTensor.from_local(vec, mesh, replicated, run_check=False)
+                vec = whole.redistribute(mesh, cut).to_local()
+            index = index.unsqueeze(-1) + vec
+    else:
+        index = torch.arange(math.prod(drawn), dtype=torch.int64).view(drawn)
+    local = threefry.values(draw, key, index)
+    if not isinstance(like, DTensor):
+        return local.expand(shape) if feature else local
     if feature:
-        batched = {F.dropout1d: 3, F.dropout3d: 5}.get(func)
-        if batched is not None and x.ndim == batched - 1:  # unbatched, as F.dropoutNd
-            out = _counter_dropout(torch.feature_dropout, (x.unsqueeze(0), p, True), {})
-            return out.squeeze(0) if not inplace else x.copy_(out.squeeze(0))
-        shape = (x.shape[0], x.shape[1]) + (1,) * (x.ndim - 2)
-    else:
-        shape = tuple(x.shape)
-    key = _key(None)
-    dtype = x.dtype
-
-    def fill(index):
-        if p == 1.0:
-            return torch.zeros(index.shape, dtype=dtype)
-        keep = threefry.uniform(key, index, torch.float32) < 1 - p
-        return keep.to(dtype).div_(1 - p)
-
-    if not feature:
-        noise = _counter_tensor(x, fill)
-    elif not isinstance(x, DTensor):
-        noise = _counter_tensor(x, fill, shape).expand(tuple(x.shape))
-    else:
-        spec = S.spec_of(x)
-        mesh = x.device_mesh
-        noise_spec = tuple(spec[:2]) + ((),) * (x.ndim - 2)
-        local = fill(_block_index(shape, noise_spec, mesh)).expand_as(x.to_local())
-        # x's placements (dims >= 2 broadcast locally), so that the product
-        # and its gradient have x's layout
-        noise = DTensor.from_local(local.contiguous(), mesh, tuple(x.placements),
-                                   run_check=False, shape=x.shape, stride=x.stride())
-    return x.mul_(noise) if inplace else x * noise
+        # like's placements (dims >= 2 broadcast locally), so that the product
+        # and its gradient have like's layout
+        return DTensor.from_local(local.expand_as(like.to_local()).contiguous(), mesh, placements,
+                                  run_check=False, shape=like.shape, stride=like.stride())
+    return DTensor.from_local(local, mesh, placements, run_check=False,
+                              shape=torch.Size(shape), stride=_contiguous_strides(shape))

@@ -14,11 +14,14 @@ JAX's ``sqrt(2) * erfinv(u)`` on ``u`` uniform in ``(-1, 1)``, with torch's
 ``erfinv`` (within float rounding of JAX's). The arithmetic runs on int64
 tensors masked to 32 bits (torch's uint32 lacks kernels on CPU). ``index``
 is an int64 tensor of global linear indices, any shape; every function is
-elementwise in it.
+elementwise in it. ``values(draw, key, index)`` is the one entry the
+random ops use: a ``Draw`` names what each element is (a uniform, a
+normal, an integer, a Bernoulli or a dropout mask value).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -121,3 +124,57 @@ def integers(key: tuple[int, int], index: torch.Tensor, low: int, high: int,
         raise ValueError(f"threefry.integers: need low < high, got low={low}, high={high}")
     u = _unit(key, index, torch.float64)
     return (torch.floor(u * float(high - low)).to(torch.int64) + low).to(dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Draw:
+    """What ``values`` draws per element, of ``dtype``:
+
+    * ``"uniform"``: in ``[low, high)`` (``uniform``);
+    * ``"normal"``: ``mean + std * normal`` (exactly ``normal`` for the
+      standard one);
+    * ``"integers"``: in ``[low, high)`` (``integers``);
+    * ``"bernoulli"``: 1 where a float32 uniform ``u < p``, else 0 (JAX's
+      ``bernoulli``);
+    * ``"dropout"``: torch's dropout noise, ``1 / (1 - p)`` where the
+      element is kept (``u < 1 - p``), else 0; all 0 for ``p == 1``.
+    """
+
+    kind: str
+    dtype: torch.dtype
+    low: float = 0.0
+    high: float = 1.0
+    mean: float = 0.0
+    std: float = 1.0
+    p: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"threefry.Draw: kind {self.kind!r} is not one of {sorted(_KINDS)}")
+
+
+def values(draw: Draw, key: tuple[int, int], index: torch.Tensor) -> torch.Tensor:
+    """``draw``'s value at each global ``index`` under ``key`` (see ``Draw``).
+    ``TypeError``/``ValueError`` as ``uniform`` and ``integers``."""
+    return _KINDS[draw.kind](draw, key, index)
+
+
+def _standard_or_scaled_normal(draw: Draw, key, index) -> torch.Tensor:
+    out = normal(key, index, draw.dtype)
+    return out if (draw.mean, draw.std) == (0.0, 1.0) else out * draw.std + draw.mean
+
+
+def _dropout_noise(draw: Draw, key, index) -> torch.Tensor:
+    if draw.p == 1.0:
+        return torch.zeros(index.shape, dtype=draw.dtype)
+    keep = uniform(key, index, torch.float32) < 1 - draw.p
+    return keep.to(draw.dtype).div_(1 - draw.p)
+
+
+_KINDS = {
+    "uniform": lambda d, key, index: uniform(key, index, d.dtype, d.low, d.high),
+    "normal": _standard_or_scaled_normal,
+    "integers": lambda d, key, index: integers(key, index, int(d.low), int(d.high), d.dtype),
+    "bernoulli": lambda d, key, index: (uniform(key, index, torch.float32) < d.p).to(d.dtype),
+    "dropout": _dropout_noise,
+}

@@ -85,3 +85,51 @@ def test_a_process_group_started_again_is_called_not_the_destroyed_one():
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"first_is_world": True, "second_is_new_world": True,
                    "second_is_destroyed": False, "values": [0.0, 1.0, 2.0, 3.0]}
+
+
+def _mesh_and_operands():
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    rng = np.random.default_rng(0)
+    x = ti.distribute_tensor(rng.standard_normal((8, 16)).astype(np.float32),
+                             parity.TensorLayout(("data", "model"), mesh))
+    w = ti.distribute_variable(rng.standard_normal((16, 4)).astype(np.float32),
+                               parity.TensorLayout(("model", None), mesh))
+    return x, w
+
+
+def test_dtensor_ops_in_a_new_simulate_block_stay_on_its_mesh():
+    """DTensor's sharding-propagation cache compares meshes by value: before
+    parity emptied it for a new generation, ``nn.Parameter`` (inside
+    ``distribute_variable``) and ``detach`` of a DTensor in a second block
+    came back on the first block's mesh, whose process group was gone."""
+    with ti.simulate(8):
+        x, w = _mesh_and_operands()
+        ti.to_numpy(x.detach() @ w.detach())
+    with ti.simulate(8):
+        x, w = _mesh_and_operands()
+        assert w.device_mesh is x.device_mesh
+        assert x.detach().device_mesh is x.device_mesh
+
+
+def test_a_step_compiled_in_a_new_simulate_block_after_eager_ops_in_another():
+    """What users met: an eager op under ``jax_semantics()`` in one block,
+    then ``torch.compile`` of a step in the next failed in dynamo ("Please
+    convert all Tensors to FakeTensors", from the old mesh's rank map)."""
+    import torch
+
+    def step(x, w):
+        y = x @ w
+        return (torch.tanh(y) + y * 2.0).sum(0)
+
+    with ti.simulate(8):
+        x, w = _mesh_and_operands()
+        with ti.jax_semantics():
+            eager_out = ti.to_numpy(step(x, w))
+    with ti.simulate(8):
+        x, w = _mesh_and_operands()
+        with ti.jax_semantics():
+            torch._dynamo.reset()
+            out = torch.compile(step, backend="aot_eager", fullgraph=True, dynamic=False)(x, w)
+            out.sum().backward()
+            np.testing.assert_allclose(ti.to_numpy(out), eager_out, rtol=1e-6)
+            assert w.grad.device_mesh is x.device_mesh

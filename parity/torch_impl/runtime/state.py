@@ -18,7 +18,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from parity.torch_impl.runtime.torch_compat import default_group
+from parity.torch_impl.runtime.torch_compat import clear_sharding_caches, default_group
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,10 +39,13 @@ _user_runtime: tuple[object, Runtime] | None = None
 
 
 def set_runtime(mode_name: str, world_size: int, device_type: str) -> Runtime:
-    """Replace the snapshot (``simulate``/``initialize`` only); a new generation."""
+    """Replace the snapshot (``simulate``/``initialize`` only); a new
+    generation, and DTensor's caches that would hand back the old one's
+    meshes emptied (``clear_sharding_caches``)."""
     global _runtime
     with lock:
         _runtime = Runtime(mode_name, world_size, device_type, next(_generations))
+        clear_sharding_caches()
         return _runtime
 
 
@@ -64,6 +67,7 @@ def current() -> Runtime:
         derived = (world, Runtime("multiprocess", dist.get_world_size(),
                                   "cuda" if dist.get_backend() == "nccl" else "cpu",
                                   ("user", world)))
+        clear_sharding_caches()  # a new group: see set_runtime
         globals()["_user_runtime"] = derived  # a cache of what the group says, not state
     return derived[1]
 

@@ -196,6 +196,19 @@ def default_store():
     return c10d._get_default_store()
 
 
+def clear_sharding_caches() -> None:
+    """Empty DTensor's sharding-propagation caches (the Python one and the
+    C++ fast path's). Their keys compare meshes by value (ranks, layout, axis
+    names), not by process group, and the output specs they hand back hold
+    the mesh object of the first call: after a new process group (another
+    ``simulate()`` block, another ``initialize()``), ``x.detach()`` or
+    ``nn.Parameter(x)`` of a DTensor on the new mesh came back on the old,
+    equal one (Megatron-LM#7029 and transformers#48383 met the same)."""
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()
+
+
 def default_group():
     """The default (WORLD) process group, ``None`` before ``init_process_group``
     and after ``destroy_process_group``: ``dist.group.WORLD`` read from the

@@ -53,20 +53,26 @@ def derive_all() -> dict:
 def equal_cell(runs: dict, family: str, untrained: str | None = None) -> str:
     if untrained:
         return f"not trained: {untrained}"
-    cells = []
+    cells, reasons = [], []
     for mesh in ("2x4", "1x8"):
         entry = runs.get(f"{family}:{mesh}")
+        reason = None
         if entry is None:
             cells.append(f"{mesh}: not run")
         elif entry.get("error"):
-            cells.append(f"{mesh}: cannot run ({entry['error']})")
+            cells.append(f"{mesh}: cannot run")
+            reason = entry["error"]
         elif entry.get("not_compared"):
-            cells.append(f"{mesh}: runs, not compared ({entry['not_compared']})")
+            cells.append(f"{mesh}: runs, not compared")
+            reason = entry["not_compared"]
         else:
             cells.append(f"{mesh}: {'yes' if entry['equal_to_jax'] else 'NO'}")
             if entry.get("weights_not_compared"):
                 cells[-1] += " (2 weights not compared)"
-    return "; ".join(cells)
+                reason = entry["weights_not_compared"]
+        if reason and reason not in reasons:
+            reasons.append(reason)
+    return "; ".join(cells) + "".join(f" ({r})" for r in reasons)
 
 
 def render(results: dict) -> str:

@@ -29,9 +29,8 @@ BEGIN, END = "<!-- keras-hub-table:begin -->", "<!-- keras-hub-table:end -->"
 def derive_all() -> dict:
     sys.path.insert(0, str(ROOT / "tests" / "keras_support"))
     import keras
-    import keras_hub
     import numpy as np
-    from hub_families import DERIVE_ONLY, FAMILIES
+    from hub_families import DERIVE_ONLY, FAMILIES, backbone_builder
 
     from parity import keras_layout
 
@@ -40,7 +39,7 @@ def derive_all() -> dict:
     backbones = {f: (b, kw, None) for f, (_, b, kw) in FAMILIES.items()} | DERIVE_ONLY
     out = {}
     for family, (backbone, kwargs, untrained) in backbones.items():
-        model = keras_layout.abstract_model(getattr(keras_hub.models, backbone), **kwargs)
+        model = keras_layout.abstract_model(backbone_builder(backbone), **kwargs)
         layout_map = keras_layout.layout_map_for(model, mesh)
         rep = keras_layout.report(model, layout_map)
         out[family] = {"sharded_fraction": round(rep.sharded_fraction, 4),
@@ -54,16 +53,26 @@ def derive_all() -> dict:
 def equal_cell(runs: dict, family: str, untrained: str | None = None) -> str:
     if untrained:
         return f"not trained: {untrained}"
-    cells = []
+    cells, reasons = [], []
     for mesh in ("2x4", "1x8"):
         entry = runs.get(f"{family}:{mesh}")
+        reason = None
         if entry is None:
             cells.append(f"{mesh}: not run")
         elif entry.get("error"):
-            cells.append(f"{mesh}: cannot run ({entry['error']})")
+            cells.append(f"{mesh}: cannot run")
+            reason = entry["error"]
+        elif entry.get("not_compared"):
+            cells.append(f"{mesh}: runs, not compared")
+            reason = entry["not_compared"]
         else:
             cells.append(f"{mesh}: {'yes' if entry['equal_to_jax'] else 'NO'}")
-    return "; ".join(cells)
+            if entry.get("weights_not_compared"):
+                cells[-1] += " (2 weights not compared)"
+                reason = entry["weights_not_compared"]
+        if reason and reason not in reasons:
+            reasons.append(reason)
+    return "; ".join(cells) + "".join(f" ({r})" for r in reasons)
 
 
 def render(results: dict) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -58,7 +59,39 @@ CONFIGS = [f"{f}:{m}" for f in FAMILIES for m in ("2x4", "1x8")]
 # view DTensor's local block cannot give is a reshape: semantics/local_views.py;
 # RWKV-7's gradients since an in-place write into a plain buffer keeps them:
 # operands.write_into_plain).
-CANNOT_RUN: dict[str, str] = {}
+CANNOT_RUN: dict[str, str] = {
+    "parseq": "PARSeqCausalLM compiles in its constructor with a loss that reads its "
+              "preprocessor's tokenizer, and PARSeqTokenizer needs TensorFlow (no "
+              "pure-Python path), which the keras-hub overlay leaves out",
+}
+# Variables whose training already differs between plain Keras on torch and
+# on JAX (no parity, no distribution; measured with the same weights and
+# batches): the config's losses and every other weight are compared, these
+# (keys matched by ``re.fullmatch``; Keras numbers a re-built layer) not.
+BACKEND_DIFFERS: dict[str, tuple[tuple[str, ...], str]] = {
+    "blip2": ((r"blip2q_former(_\d+)?/layer_norm/gamma",
+               r"blip2q_former(_\d+)?/layer_norm/beta"),
+              "plain Keras on torch ends 3.5e-3 from JAX on the Q-Former's input "
+              "layer norm after 2 steps (losses equal): its gradients are ~1e-6 "
+              "(3e-2 elsewhere), and Adam turns their rounding into steps of the "
+              "learning rate's size"),
+}
+# Families whose plain Keras training (no parity, no distribution) already
+# differs between torch and JAX in the losses: run, asserted still to differ
+# from JAX (so a fix shows up), not compared.
+LOSSES_DIFFER: dict[str, str] = {
+    "gemma3n": "keras-hub's Gemma3nCausalLM head reads the embedding variable outside a "
+               "layer call (token_embedding(..., reverse=True)): on JAX the functional graph "
+               "keeps its value at build time, on torch the live one (logits 0.18 apart at "
+               "equal hidden states); torch + parity gives plain torch's losses",
+}
+# Configs whose JAX reference aborts its process (an XLA check failure, not
+# an exception): run alone, asserted to abort, nothing to compare.
+JAX_ABORTS: dict[str, str] = {
+    "f_net:1x8": "JAX aborts: XLA's SPMD partitioner fails a check in fft_handler.cc "
+                 "(size_per_partition % num_partitions) on FNet's FFT over a hidden dim "
+                 "split 8 ways",
+}
 
 
 def params():
@@ -96,6 +129,17 @@ def runs(request):
                 if item.module is request.module and hasattr(item, "callspec")
                 and "config" in item.callspec.params]
     configs = [c for c in CONFIGS if c in selected] or CONFIGS
+    aborts = {c: run_alone("jax", c) for c in configs if c in JAX_ABORTS}
+    configs = [c for c in configs if c not in JAX_ABORTS]
+    jax, torch = compare_runs(configs) if configs else ({}, {})
+    out = os.environ.get("PARITY_HUB_RESULTS")
+    if out:
+        write_results(Path(out), jax | {c: {"error": JAX_ABORTS[c]} for c in aborts}, torch)
+    return jax, torch, aborts
+
+
+def compare_runs(configs: list[str]) -> tuple[dict, dict]:
+    """Each config's result on JAX and on torch + parity."""
     # JAX first, alone (XLA:CPU aborts a starved collective; CI stop 28).
     jax_proc = launch("jax", configs)
     try:
@@ -112,11 +156,18 @@ def runs(request):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    torch = {c: r for half in torch_halves for c, r in half.items()}
-    out = os.environ.get("PARITY_HUB_RESULTS")
-    if out:
-        write_results(Path(out), jax, torch)
-    return jax, torch
+    return jax, {c: r for half in torch_halves for c, r in half.items()}
+
+
+def run_alone(backend: str, config: str) -> tuple[int, str]:
+    """One config in its own process: its return code and stderr's tail."""
+    proc = launch(backend, [config])
+    try:
+        _, err = proc.communicate(timeout=7000)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err[-6000:]
 
 
 def write_results(path: Path, jax: dict, torch: dict) -> None:
@@ -126,11 +177,16 @@ def write_results(path: Path, jax: dict, torch: dict) -> None:
     runs = results.setdefault("runs", {})
     for config, ref in jax.items():
         got = torch.get(config, {})
-        entry = {"error": got.get("error") or ref.get("error")}
+        error = got.get("error") or ref.get("error")
+        family = config.split(":")[0]
+        entry = {"error": error and CANNOT_RUN.get(family, error)}
         if not entry["error"]:
             entry.update(
                 sharded_fraction=got["sharded_fraction"], device_bytes=got["device_bytes"],
-                equal_to_jax=equal(ref, got),
+                equal_to_jax=equal(ref, got, config),
+                **({"not_compared": LOSSES_DIFFER[family]} if family in LOSSES_DIFFER else {}),
+                **({"weights_not_compared": BACKEND_DIFFERS[family][1]}
+                   if family in BACKEND_DIFFERS else {}),
                 loss_rel=float(np.max(np.abs(np.subtract(got["losses"], ref["losses"]))
                                       / np.abs(ref["losses"]))),
                 torch_step_s=float(np.median(got["step_seconds"])),
@@ -141,32 +197,44 @@ def write_results(path: Path, jax: dict, torch: dict) -> None:
     path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
 
 
-def equal(ref: dict, got: dict) -> bool:
+def equal(ref: dict, got: dict, config: str) -> bool:
     try:
-        compare(ref, got)
+        compare(ref, got, config)
     except AssertionError:
         return False
     return True
 
 
-def compare(ref: dict, got: dict) -> None:
+def compare(ref: dict, got: dict, config: str) -> None:
     np.testing.assert_allclose(got["losses"], ref["losses"], rtol=LOSS_RTOL)
     assert set(got["weights"]) == set(ref["weights"])
-    for k in ref["weights"]:
+    patterns = BACKEND_DIFFERS.get(config.split(":")[0], ((), ""))[0]
+    differ = {k for k in ref["weights"] if any(re.fullmatch(p, k) for p in patterns)}
+    assert len(differ) == len(patterns), (patterns, differ)
+    for k in sorted(set(ref["weights"]) - differ):
         np.testing.assert_allclose(got["weights"][k], ref["weights"][k], atol=WEIGHT_ATOL,
                                    rtol=0, err_msg=k)
 
 
 @pytest.mark.parametrize("config", list(params()))
 def test_derived_map_trains_every_family_to_jax_losses(runs, config):
-    jax, torch = runs
+    jax, torch, aborts = runs
     family = config.split(":")[0]
+    if config in JAX_ABORTS:
+        returncode, err = aborts[config]
+        assert returncode != 0 and "Check failed" in err, (
+            f"JAX runs {config} now: drop it from JAX_ABORTS ({returncode}: {err[-1000:]})")
+        pytest.skip(JAX_ABORTS[config])
     if family in CANNOT_RUN:
         assert "error" in torch[config], f"{family} runs now: drop it from CANNOT_RUN"
         pytest.skip(CANNOT_RUN[family])
     assert "error" not in jax[config], jax[config]["error"]
     assert "error" not in torch[config], torch[config]["error"]
-    compare(jax[config], torch[config])
+    if family in LOSSES_DIFFER:
+        assert not equal(jax[config], torch[config], config), (
+            f"{family} equals JAX now: drop it from LOSSES_DIFFER")
+        pytest.skip(LOSSES_DIFFER[family])
+    compare(jax[config], torch[config], config)
     assert torch[config]["specs"] == torch[config]["expected_specs"]
     assert torch[config]["specs"] == jax[config]["specs"]
     # The derived map shards (nearly) every byte: only norms and biases stay whole.

@@ -158,17 +158,36 @@ def local_shape(variable, backend):
 
 
 def initial_weights(model):
-    """The same random starting value for each variable path on both
-    backends, in ``model.weights`` order (``set_weights``'s). Drawn by
-    path, not by position: Keras orders a model's variables by backend
-    (RWKV-7's ``output_norm`` comes second on JAX and after both layers on
-    torch), and same-shaped variables would swap values silently."""
-    paths = [v.path for v in model.weights]
-    assert len(set(paths)) == len(paths), "variable paths repeat: cannot key weights by path"
+    """The same random starting value for each variable on both backends,
+    in ``model.weights`` order (``set_weights``'s). Drawn by key
+    (``variable_keys``: the path), not by position: Keras orders a model's
+    variables by backend (RWKV-7's ``output_norm`` comes second on JAX and
+    after both layers on torch), and same-shaped variables would swap
+    values silently."""
+    keys = variable_keys(model)
     rng = np.random.default_rng(1)
-    shapes = {v.path: (tuple(v.shape), v.dtype) for v in model.weights}
-    by_path = {p: (rng.normal(size=shapes[p][0]) * 0.1).astype(shapes[p][1]) for p in sorted(paths)}
-    return [by_path[p] for p in paths]
+    variables = dict(zip(keys, model.weights))
+    by_key = {k: (rng.normal(size=tuple(variables[k].shape)) * 0.1).astype(variables[k].dtype)
+              for k in sorted(keys)}
+    return [by_key[k] for k in keys]
+
+
+def variable_keys(model):
+    """A key per variable of ``model.weights``, the same on every backend:
+    its path, or where several variables share a path (BLIP-2's Q-Former
+    and its OPT language model each own a ``layer_norm``) the path under the
+    name of the layer that holds the owning layer (``blip2_q_former/layer_norm/gamma``).
+    Not the order: it differs by backend."""
+    parents: dict[int, set] = {}
+    for parent in model._flatten_layers(include_self=True, recursive=True):
+        for child in parent._flatten_layers(include_self=False, recursive=False):
+            for v in list(child._trainable_variables) + list(child._non_trainable_variables):
+                parents.setdefault(id(v), set()).add(parent.name)
+    paths = [v.path for v in model.weights]
+    keys = [p if paths.count(p) == 1 else f"{min(parents.get(id(v), {''}))}/{p}"
+            for p, v in zip(paths, model.weights)]
+    assert len(set(keys)) == len(keys), "variables repeat a path under one layer"
+    return keys
 
 
 def process_rows(n_processes, rank, mesh_shape):

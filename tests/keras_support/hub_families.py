@@ -5,13 +5,15 @@ kwargs)``; ``KINDS[name]`` says what the task reads and predicts
 (``causal_lm`` unless listed); ``DERIVE_ONLY[name] = (backbone class,
 kwargs, why it is not trained)``: a derived map is checked, no training.
 
-The list is keras-hub's ``CausalLM`` subclasses whose backbone is a text
-decoder. Left out, with why: ``BLIP2CausalLM``, ``PaliGemmaCausalLM``,
-``PARSeqCausalLM`` (need an image encoder: vision-language models),
-``Gemma3nCausalLM`` (needs audio and vision encoder configs), ``Gemma4AssistantCausalLM``
-(Gemma4's backbone, covered by ``gemma4``), ``SmolLMCausalLM`` (an alias
-of ``SmolLM3CausalLM``), ``Qwen2CausalLM`` (``QwenBackbone``, covered by
-``qwen``). Every config: 2 layers, hidden 32, 8 query heads and 2
+The list is every ``CausalLM`` subclass of keras-hub 0.32.0: the text
+decoders, Gemma3n text-only (its vision and audio encoders are optional),
+and the vision-language ones (``pali_gemma``, ``blip2`` with its OPT
+language model, ``parseq``: ``kind`` ``vision_causal_lm``, their
+sub-models built from ``Part``s). Left out, with why:
+``Gemma4AssistantCausalLM`` (Gemma4's backbone, covered by ``gemma4``),
+``SmolLMCausalLM`` (an alias of ``SmolLM3CausalLM``), ``Qwen2CausalLM``
+(``Qwen2Backbone`` is ``QwenBackbone``, covered by ``qwen``). Every
+config: 2 layers, hidden 32, 8 query heads and 2
 key/value heads (grouped-query: 2 divides neither model axis of 4 nor 8),
 4 experts where there are experts (divides 4, not 8). Encoders: 2 layers,
 hidden 32, 8 heads, a 4-class classifier task; vision: 16x16 images in
@@ -24,6 +26,35 @@ backbones, not derived here).
 """
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Part:
+    """A sub-model a backbone takes as an argument (BLIP-2's encoders and
+    language model, PARSeq's image encoder): ``keras_hub.models.<cls>(**kwargs)``,
+    built afresh with each backbone (under the build's distribution scope)."""
+
+    cls: str
+    kwargs: dict
+
+
+def build_backbone(backbone_name: str, /, **kwargs: Any) -> Any:
+    """``keras_hub.models.<backbone_name>(**kwargs)``, each ``Part`` built first."""
+    import keras_hub
+
+    parts = {k: getattr(keras_hub.models, v.cls)(**v.kwargs)
+             for k, v in kwargs.items() if isinstance(v, Part)}
+    return getattr(keras_hub.models, backbone_name)(**(kwargs | parts))
+
+
+def backbone_builder(backbone_name: str):
+    """A callable taking the backbone's kwargs (for ``keras_layout.abstract_model``)."""
+    return functools.partial(build_backbone, backbone_name)
+
 
 VOCAB = 64
 HIDDEN = 32
@@ -80,7 +111,43 @@ FAMILIES = {
                      layer_types=["full_attention"] * 2, mlp_bias=False,
                      layer_norm_epsilon=1e-6, max_position_embeddings=16, rope_theta=10000.0,
                      partial_rotary_factor=1.0)),
+    # Text only: vision_encoder_config and audio_encoder_config are optional.
+    "gemma3n": ("Gemma3nCausalLM", "Gemma3nBackbone",
+                dict(text_vocab_size=VOCAB, text_hidden_size=HIDDEN, num_hidden_layers=2,
+                     pad_token_id=0, num_attention_heads=8, num_key_value_heads=2, head_dim=4,
+                     intermediate_size=[64, 64], hidden_activation="gelu_approximate",
+                     layer_types=["sliding_attention", "full_attention"], sliding_window=4,
+                     rope_theta=10000.0, max_position_embeddings=16,
+                     vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
+                     altup_num_inputs=2, laurel_rank=8)),
 }
+# Vision-language decoders: images (16x16 in 4x4 patches) and tokens in,
+# next tokens out.
+VIT = dict(num_layers=2, num_heads=8, hidden_dim=HIDDEN)
+FAMILIES.update({
+    "pali_gemma": ("PaliGemmaCausalLM", "PaliGemmaBackbone",
+                   dict(GQA, head_dim=4, image_size=16, vit_patch_size=4, vit_num_heads=8,
+                        vit_hidden_dim=HIDDEN, vit_num_layers=2, vit_intermediate_dim=64)),
+    "blip2": ("BLIP2CausalLM", "BLIP2Backbone",
+              dict(vision_encoder=Part("BLIP2VisionEncoder", dict(
+                       VIT, image_size=16, patch_size=4, intermediate_dim=64,
+                       use_patch_bias=True, use_class_token=True, use_mha_bias=True,
+                       use_mlp_bias=True, dropout_rate=0.0, layer_norm_epsilon=1e-6,
+                       initializer_range=0.02)),
+                   qformer=Part("BLIP2QFormer", dict(
+                       VIT, num_query_tokens=8, intermediate_dim=64, vision_dim=HIDDEN,
+                       cross_attention_frequency=1, dropout=0.0, layer_norm_epsilon=1e-12)),
+                   language_model=Part("BLIP2CustomOPT", dict(
+                       MHA, num_query_tokens=8, dropout=0.0, max_sequence_length=32,
+                       qformer_hidden_dim=HIDDEN)))),
+    "parseq": ("PARSeqCausalLM", "PARSeqBackbone",
+               dict(image_encoder=Part("ViTBackbone", dict(
+                        VIT, image_shape=(16, 16, 3), patch_size=4, mlp_dim=64,
+                        use_class_token=False)),
+                    vocabulary_size=VOCAB, max_label_length=8, decoder_hidden_dim=HIDDEN,
+                    num_decoder_layers=2, num_decoder_heads=8, decoder_mlp_dim=64,
+                    dropout_rate=0.0, attention_dropout=0.0)),
+})
 TEXT = dict(MHA, max_sequence_length=16)
 IMAGE = dict(image_shape=(16, 16, 3), patch_size=4, num_layers=2, num_heads=8, hidden_dim=HIDDEN)
 FAMILIES.update({
@@ -102,7 +169,13 @@ FAMILIES.update({
 })
 KINDS = {name: "text_classifier" for name in (
     "albert", "bert", "deberta_v3", "distil_bert", "esm", "f_net", "roberta", "roformer_v2",
-    "xlm_roberta")} | {"vit": "image_classifier", "deit": "image_classifier"}
+    "xlm_roberta")} | {"vit": "image_classifier", "deit": "image_classifier"} | {
+    name: "vision_causal_lm" for name in ("pali_gemma", "blip2", "parseq")}
+# Task arguments beyond the backbone. PARSeq trains on num_perms // 2
+# permutations of the label order, the first the identity and the rest
+# drawn by Keras's random ops (their streams differ per backend): 2 keeps
+# only the identity and its mirror, the same on both.
+TASK_KWARGS = {"parseq": dict(num_perms=2)}
 DERIVE_ONLY = {
     "electra": ("ElectraBackbone",
                 dict(vocab_size=VOCAB, num_layers=2, num_heads=8, hidden_dim=HIDDEN,

@@ -38,12 +38,12 @@ def run(backend, family, mesh_text, steps):
     import keras
     import keras_hub
 
-    from hub_driver import BATCH, initial_weights, spec_of, step_recorder
-    from hub_families import FAMILIES, KINDS
+    from hub_driver import BATCH, initial_weights, spec_of, step_recorder, variable_keys
+    from hub_families import FAMILIES, KINDS, TASK_KWARGS, backbone_builder
     from parity import keras_layout
 
     task_name, backbone_name, kwargs = FAMILIES[family]
-    backbone_cls = getattr(keras_hub.models, backbone_name)
+    backbone_cls = backbone_builder(backbone_name)
     mesh_shape = tuple(int(s) for s in mesh_text.split("x"))
     # Fresh layer-name counters: a config's variable paths (moe_block_2 ...)
     # must not depend on the configs this process ran before it.
@@ -59,11 +59,13 @@ def run(backend, family, mesh_text, steps):
     with distribution.scope():
         backbone = backbone_cls(**kwargs)
         task_cls = getattr(keras_hub.models, task_name)
-        heads = {} if kind == "causal_lm" else {"num_classes": CLASSES}
+        heads = dict(TASK_KWARGS.get(family, {}))
+        if kind.endswith("classifier"):
+            heads["num_classes"] = CLASSES
         if "dropout" in inspect.signature(task_cls.__init__).parameters:
             heads["dropout"] = 0.0  # a classifier head's own dropout (DistilBERT's: 0.2)
         task = task_cls(backbone=backbone, preprocessor=None, **heads)
-        x, y, sw = task_data(kind, backbone, steps * BATCH)
+        x, y, sw = task_data(kind, task, steps * BATCH)
         task.compile(optimizer=keras.optimizers.Adam(1e-2),
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         task.set_weights(initial_weights(task))
@@ -78,14 +80,16 @@ def run(backend, family, mesh_text, steps):
         task.fit(x, y, sample_weight=sw, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
                  callbacks=[record])
         rep = keras_layout.report(task, layout_map)
-        expected = {r.path: [[] if a is None else [a] for a in r.axes] for r in rep.variables}
+        paths = variable_keys(task)  # rep.variables are in task.weights' order
+        expected = dict(zip(paths, ([[] if a is None else [a] for a in r.axes]
+                                    for r in rep.variables)))
         return {
             "config": f"{family}:{mesh_text}",
             "backend": backend,
             "losses": record.losses,
             "step_seconds": record.times,
-            "weights": {v.path: np.asarray(v.numpy()).tolist() for v in task.weights},
-            "specs": {v.path: spec_of(v, backend) for v in task.weights},
+            "weights": {p: np.asarray(v.numpy()).tolist() for p, v in zip(paths, task.weights)},
+            "specs": {p: spec_of(v, backend) for p, v in zip(paths, task.weights)},
             "expected_specs": expected,
             "sharded_fraction": rep.sharded_fraction,
             "device_bytes": rep.device_bytes,
@@ -98,20 +102,35 @@ def run(backend, family, mesh_text, steps):
 CLASSES = 4
 
 
-def task_data(kind, backbone, n):
+def task_data(kind, task, n):
     """``n`` rows of inputs, labels and sample weights for a task of this
     kind (the same on both backends): token ids (every text input the
     backbone takes: padding mask, segment ids) and next tokens for a
     ``causal_lm``, a class per row for a ``text_classifier``, images of the
-    backbone's shape and a class per row for an ``image_classifier``."""
+    backbone's shape and a class per row for an ``image_classifier``; a
+    ``vision_causal_lm`` gets images of its ``images`` input's shape beside a
+    ``causal_lm``'s tokens (a response mask over the second half where it
+    takes one), its next tokens below its logits' width."""
     from hub_driver import SEQ, VOCAB
 
+    backbone = task.backbone
     rng = np.random.default_rng(0)
     if kind == "image_classifier":
         images = rng.normal(size=(n, *backbone.image_shape)).astype("float32")
         return images, rng.integers(0, CLASSES, size=(n,)).astype("int32"), None
     names = set(backbone.input) if isinstance(backbone.input, dict) else {"token_ids"}
     x = {"token_ids": rng.integers(1, VOCAB, size=(n, SEQ)).astype("int32")}
+    if kind == "vision_causal_lm":
+        shape = tuple(backbone.input["images"].shape[1:])
+        x["images"] = rng.normal(size=(n, *shape)).astype("float32")
+        if "response_mask" in names:
+            x["response_mask"] = np.zeros((n, SEQ), "int32")
+            x["response_mask"][:, SEQ // 2:] = 1
+        padding_mask = np.ones((n, SEQ), "int32")
+        padding_mask[::3, -2:] = 0
+        x["padding_mask"] = padding_mask
+        y = rng.integers(0, task.output.shape[-1], size=(n, SEQ)).astype("int32")
+        return x, y, padding_mask.astype("float32")
     padding_mask = np.ones((n, SEQ), "int32")
     padding_mask[::3, -2:] = 0
     if "padding_mask" in names or kind == "causal_lm":

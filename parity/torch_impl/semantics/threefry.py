@@ -95,11 +95,16 @@ def uniform(key: tuple[int, int], index: torch.Tensor, dtype: torch.dtype,
     unit = _unit(key, index, dtype)
     lo = torch.tensor(low, dtype=dtype)
     span = torch.tensor(high, dtype=dtype) - lo
-    if dtype == torch.bfloat16:  # XLA:CPU: product and sum each rounded
+    if dtype in (torch.bfloat16, torch.float16):
+        # JAX's program for half types: the product and the sum each rounded
+        # to the dtype (XLA:CPU without native half arithmetic computes each op
+        # in float32 and rounds it; a host with native float16 FMA contracts
+        # the two into one rounding, so JAX's own float16 values differ
+        # between such hosts: tests/test_threefry.py)
         scaled = unit * span + lo
-    elif dtype != torch.float64:
+    elif dtype == torch.float32:
         # ``unit * span + lo`` rounded once, as XLA:CPU's fused multiply-add
-        # (the float64 product of two narrower floats is exact)
+        # (the float64 product of two float32 values is exact)
         scaled = (unit.double() * span.double() + lo.double()).to(dtype)
     else:
         scaled = torch.addcmul(lo, unit, span)

@@ -3,8 +3,9 @@ in JAX's compiled HLO for the same step, mesh and layouts (issue 24, item 5).
 
 The counts come from the workers ``tests/test_collective_counts.py`` pins:
 parity's side from ``tests/multiprocess/collective_count_worker.py`` (the
-tensor-parallel MLP, mesh (2, 2) ``batch, model``, 4 gloo ranks, eager,
-under ``torch.compile(backend="aot_eager")``, under parity's
+tensor-parallel MLP, mesh (2, 2) ``batch, model``, 4 gloo ranks, eager
+(under ``jax_semantics()`` and ``jax_semantics(defer=True)``), under
+``torch.compile(backend="aot_eager")``, under parity's
 ``aot_eager_bucketed`` and under ``torch.compile(step)`` with no backend
 named -- inductor, whose all-reduce bucketing ``jax_semantics()`` turns on) and
 ``keras_collective_count_worker.py`` (the Keras parity driver's MLP and transformer block on mesh
@@ -34,7 +35,8 @@ TESTS = ROOT / "tests"
 COUNTS_SCRIPT = TESTS / "test_collective_counts.py"
 KERAS_MODELS = ("mlp", "transformer")
 # the worker's runs of the TP MLP on (2, 2) -> the row's words
-MLP_RUNS = {"eager": "eager", "compiled": "compiled (aot_eager)",
+MLP_RUNS = {"eager": "eager", "eager defer": "eager under jax_semantics(defer=True)",
+            "compiled": "compiled (aot_eager)",
             "compiled bucketed": "compiled (parity's aot_eager_bucketed)",
             "compiled default": "compiled (torch.compile(step): inductor)"}
 

@@ -152,6 +152,38 @@ def test_a_pending_loss_is_reduced_with_the_gradients_under_defer():
             _same(p.grad, g)
 
 
+def _step_launches(defer: bool):
+    """One step of ``_tp_mlp`` on 4 simulated ranks under
+    ``jax_semantics(defer=defer)`` (forward, ``backward()``, the loss read):
+    ``(collectives launched by op name, loss, [(grad, placements)])``."""
+    with T.simulate(4), T.jax_semantics(defer=defer):
+        _, params, loss_fn = _tp_mlp()
+        with CommDebugMode() as comm:
+            loss = loss_fn()
+            loss.backward()
+            value = T.to_numpy(loss)
+        return ({str(op): n for op, n in comm.get_comm_counts().items()}, value,
+                [(T.to_numpy(p.grad), tuple(p.grad.placements)) for p in params])
+
+
+def test_the_mlp_step_under_defer_launches_jax_s_two_all_reduces():
+    """JAX's compiled step launches 2 all-reduces (``test_collective_counts``
+    reads them from its HLO); so does ``defer=True``: the forward's partial
+    sum on ``model``, completed before ``- 1`` (a scalar added to a pending
+    sum is not linear) by one all_reduce; the loss's pending mean on
+    ``batch`` and both weight gradients in the bucket's one all_reduce. The
+    default semantics launch 3 (the loss completed in the forward). Loss,
+    gradients and placements are the same bit for bit. (The forward's sum
+    was left to DTensor before: a reduce-scatter and three all-gathers.)"""
+    default, deferred = _step_launches(False), _step_launches(True)
+    assert default[0] == {"c10d_functional.all_reduce": 3}, default[0]
+    assert deferred[0] == {"c10d_functional.all_reduce": 2}, deferred[0]
+    np.testing.assert_array_equal(deferred[1], default[1])
+    for (got, got_placements), (want, want_placements) in zip(deferred[2], default[2]):
+        assert got_placements == want_placements
+        np.testing.assert_array_equal(got, want)
+
+
 def test_the_remembered_loss_is_differentiable():
     """Under ``defer=True`` the loss reduced in the bucket is the loss's
     completion from then on: a second backward through a function of it

@@ -404,6 +404,27 @@ def test_defer_keeps_a_pending_sum_through_linear_ops_only(sim8):
     np.testing.assert_allclose(ti.to_numpy(z), expected, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("write", [lambda z: z.add_(1.0), lambda z: z.sub_(1.0), lambda z: z.exp_(),
+                                   lambda z: torch.exp(z, out=z)],
+                         ids=["add_", "sub_", "exp_", "out="])
+def test_defer_refuses_to_write_into_a_pending_sum_it_must_complete(sim8, write):
+    # the completion is a new tensor: writing into it would leave z as it was
+    # (exp_ returned the completed copy and left z pending and unchanged)
+    _, mesh = meshes()
+    xh, wh = host((8, 16)), host((16, 8), 1)
+    x = ti.distribute_tensor(xh, L((None, "model"), mesh))
+    w = ti.distribute_tensor(wh, L(("model", None), mesh))
+    with ti.jax_semantics(defer=True):
+        z = x @ w
+        with pytest.raises(parity.UnsupportedOpError, match="pending sum") as err:
+            write(z)
+        assert err.value.reason == "writes into a pending sum"
+        assert z.placements[1].is_partial()
+        z.mul_(2.0)  # linear: written in place, still pending
+        assert z.placements[1].is_partial()
+    np.testing.assert_allclose(ti.to_numpy(z), 2 * (xh @ wh), rtol=1e-5, atol=1e-4)
+
+
 def test_without_defer_nothing_is_pending(sim8):
     _, mesh = meshes()
     x = ti.distribute_tensor(host((8, 16)), L((None, "model"), mesh))

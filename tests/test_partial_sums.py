@@ -200,3 +200,28 @@ def test_fallback_operand_gathered_in_one_all_gather_is_contiguous():
         x = T.distribute_tensor(a, TensorLayout((None, "model"), mesh))
         y = T.distribute_tensor(b, TensorLayout((None, "model"), mesh))
         np.testing.assert_array_equal(T.to_numpy(torch.kron(x, y)), np.kron(a, b))
+
+
+@pytest.mark.parametrize("add_scalar", [lambda y: y - 1, lambda y: 1 - y, lambda y: y + 0.5,
+                                        lambda y: torch.add(y, 1.0, alpha=2)],
+                         ids=["sub", "rsub", "add", "add-alpha"])
+def test_defer_completes_a_sum_before_a_scalar_is_added_in_one_all_reduce(add_scalar,
+                                                                           warnings_seen):
+    # under defer a scalar added to a pending sum is not linear: the sum is
+    # completed first, one all_reduce over both axes as without defer (it was
+    # left to DTensor: one all_reduce per axis, or a reduce-scatter and gathers)
+    value = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
+    results = {}
+    for defer in (False, True):
+        with T.simulate(4), T.jax_semantics(defer=defer):
+            mesh = DeviceMesh((2, 2), ("batch", "model"))
+            x = T.distribute_tensor(value, TensorLayout((None, ("batch", "model")), mesh))
+            w = T.distribute_tensor(value, TensorLayout((("batch", "model"), None), mesh))
+            with CommDebugMode() as comm:
+                z = add_scalar(x @ w)
+            results[defer] = (T.to_numpy(z), tuple(z.placements), comm.get_comm_counts())
+    values, placements, counts = results[True]
+    assert {str(op): n for op, n in counts.items()} == {"c10d_functional.all_reduce": 1}, counts
+    assert placements == (Replicate(), Replicate()) == results[False][1]
+    np.testing.assert_array_equal(values, results[False][0])
+    assert warnings_seen() == []

@@ -10,7 +10,8 @@ row-parallel on mesh axis ``model``, ``mean((tanh(x @ w1) @ w2 - 1) ** 2)``,
 a hand-written SGD update. With one argument ``1d`` the mesh is
 ``(world,)`` ``("model",)`` and x replicated; with ``2d`` it is
 ``(2, world // 2)`` ``("batch", "model")`` and x's rows are sharded on
-``batch`` (data and tensor parallel). The runs: ``"eager"``; ``"compiled"``
+``batch`` (data and tensor parallel). The runs: ``"eager"``; ``"eager
+defer"`` (eager under ``jax_semantics(defer=True)``); ``"compiled"``
 (``torch.compile(step, backend="aot_eager")``); ``"compiled bucketed"``
 (parity's ``aot_eager_bucketed``, ``collectives/compiled_buckets.py``);
 with ``2d`` also ``"compiled default"`` (``torch.compile(step)``, no
@@ -86,14 +87,16 @@ def main() -> None:
         x_spec = (None, None)
     x = ti.distribute_tensor(csw.host((8, 16), 0), parity.TensorLayout(x_spec, mesh))
     results = {}
-    # run -> how the step is compiled (None: eager)
-    runs = {"eager": None,
-            "compiled": lambda step: torch.compile(step, backend="aot_eager"),
-            "compiled bucketed": lambda step: torch.compile(step, backend=aot_eager_bucketed)}
+    # run -> (how the step is compiled (None: eager), jax_semantics's defer)
+    runs = {"eager": (None, False),
+            "eager defer": (None, True),
+            "compiled": (lambda step: torch.compile(step, backend="aot_eager"), False),
+            "compiled bucketed": (lambda step: torch.compile(step, backend=aot_eager_bucketed),
+                                  False)}
     if sys.argv[1:2] == ["2d"]:
-        runs["compiled default"] = torch.compile  # no backend named: inductor
-    for name, compile_step in runs.items():
-        with ti.jax_semantics():
+        runs["compiled default"] = (torch.compile, False)  # no backend named: inductor
+    for name, (compile_step, defer) in runs.items():
+        with ti.jax_semantics(defer=defer):
             torch._dynamo.reset()
             params = csw.make_params(mesh)
             step = csw.make_step("hand", params)

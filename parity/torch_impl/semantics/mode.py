@@ -385,7 +385,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         explicit_check.refuse_if_explicit(func, name, rules.Plan(dict(plan[0]), plan[1], plan[2],
                                                                  plan[3]), args, kwargs, mesh)
     if actions:
-        args, kwargs, moved = _prepared(args, kwargs, actions, grad)
+        args, kwargs, moved = _prepared(func, args, kwargs, actions, grad)
     else:  # no operand needs anything (the decision says so once per description)
         moved = False
     out, direct = _compute(func, name, args, kwargs, mesh, grad)
@@ -398,10 +398,12 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     return result
 
 
-def _prepared(args: tuple, kwargs: dict, actions: tuple, grad: bool) -> tuple[tuple, dict, bool]:
+def _prepared(func, args: tuple, kwargs: dict, actions: tuple,
+              grad: bool) -> tuple[tuple, dict, bool]:
     """``(args, kwargs, moved)``: each DTensor operand as its ``Action``
     says (a pending sum completed, redistributed, a leaf guarded); ``moved``
-    whether any operand changed (the call is then never clean)."""
+    whether any operand changed (the call is then never clean). An operand
+    that ``func`` writes into is never completed (``pending.refuse_write``)."""
     visits = [0]
     moved = [False]
 
@@ -409,6 +411,8 @@ def _prepared(args: tuple, kwargs: dict, actions: tuple, grad: bool) -> tuple[tu
         complete, target, guard, kept = actions[visits[0]]
         visits[0] += 1
         if complete:
+            if loc == ("k", "out") or (loc == ("a", 0) and fallback._inplace_by_name(func)):
+                pending.refuse_write(fallback.op_name(func), t)
             t = pending.complete(t)
             moved[0] = True  # a pending operand: the call is never clean
         out = t if target is None else redistribute.move(t, target, guard=guard)

@@ -9,20 +9,22 @@ through linear ops (add/sub of alike pending values, scalar mul/div, neg,
 sum/mean, reshapes, a contraction with a replicated operand) and is
 completed at the first op that is not linear, and by ``describe``,
 ``to_numpy``, ``.item()`` and ``to_local()``.
+
+The completion is a new tensor: an in-place op (or ``out=``) that would
+write into a pending operand completed first would leave the operand
+unchanged, so it is refused (``refuse_write``).
 """
 
 from __future__ import annotations
 
-import weakref
-
 from torch.distributed.tensor import DTensor
 
+from parity.errors import UnsupportedOpError
 from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
 
 # Deferred tensors carry this attribute; describe/to_local look for it.
 DEFERRED_ATTR = "_parity_deferred"
-_deferred: "weakref.WeakSet[DTensor]" = weakref.WeakSet()
 
 
 # ``x`` with every pending reduction completed (replicated on that axis).
@@ -35,7 +37,6 @@ def mark_deferred(x: DTensor) -> DTensor:
         setattr(x, DEFERRED_ATTR, True)
     except (AttributeError, RuntimeError):  # pragma: no cover - exotic subclasses
         pass
-    _deferred.add(x)
     _install_to_local_hook()
     return x
 
@@ -66,3 +67,17 @@ def _install_to_local_hook() -> None:
     DTensor.to_local = to_local  # type: ignore[method-assign]
     _hook_installed = True
 
+
+
+def refuse_write(op: str, x: DTensor) -> None:
+    """Raise the ``UnsupportedOpError`` for ``op`` writing into ``x``, a
+    pending operand that must be completed first (its completion is another
+    tensor: ``x`` itself would stay unchanged)."""
+    placements = (tuple(x.placements),)
+    raise UnsupportedOpError(
+        f"{op} writes into an operand with a pending sum (placements {placements[0]}), "
+        "which must be completed before the op; the completion is a new tensor, so the "
+        "operand would stay unchanged. Use the out-of-place form (y = x.op(...) instead of "
+        "x.op_(...)).",
+        op=op, placements=placements, reason="writes into a pending sum",
+    )

@@ -4,10 +4,16 @@
 Every operand is laid out as the output's spec on its right-aligned dims
 (replicated where it broadcasts), so the op itself needs no communication.
 In-place ops keep ``self``'s spec. add/sub of alike pending values, and
-mul/div of one pending value by scalars, are linear (``defer``).
+mul/div of one pending value by scalars, are linear (``defer``). Adding a
+scalar to a pending sum is not: ``p - 1`` completes ``p`` first, one
+all_reduce over its pending axes' flattened group, as without ``defer``
+(left to DTensor it reduce-scattered and gathered, or launched one
+all_reduce per axis).
 """
 
 from __future__ import annotations
+
+from torch.distributed.tensor import DTensor
 
 from parity import sharding_rules as R
 from parity.torch_impl.layouts import specs as S
@@ -61,12 +67,15 @@ def elementwise(call: Call) -> Plan:
 
 
 def _linear_operands(call: Call) -> bool:
-    """add/sub: every tensor operand pending alike; mul/div: one tensor and
-    scalars, not divided by."""
+    """add/sub: both addends tensors, pending alike (a scalar addend is
+    added on every rank); mul/div: one tensor and scalars, not divided by."""
     ops = call.tensors()
     if call.name in _SCALING:
         return len(ops) == 1 and not (call.name in _DIVIDING and ops[0][0] != ("a", 0))
     if call.name in _UNARY_LINEAR:
         return True
+    addends = (call.arg(0, "input", "self"), call.arg(1, "other"))
+    if not all(isinstance(a, DTensor) for a in addends):
+        return False
     placements = {tuple(t.placements) for _, t in ops}
     return len(placements) == 1 and all(S.has_partial(t) for _, t in ops)

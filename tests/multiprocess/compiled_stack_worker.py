@@ -17,8 +17,8 @@ reached (docs/torch-stack.md), the same error in every configuration.
 
 Every configuration compiles with ``dynamic=False`` except ``tp`` (dynamo's
 default, automatic dynamic shapes) and the probe ``fsdp_tp_dynamic`` (FSDP2
-+ TP with dynamo's default, two blocks; docs/torch-stack.md, "Compiled
-steps"). The arguments name the configurations to run (default: all but the
++ TP with dynamo's default, two blocks: AOTAutograd's ``RecursionError``,
+torch's own, ``tests/test_dynamic_shapes_upstream.py``). The arguments name the configurations to run (default: all but the
 probe). Rank 0 writes the results to ``PARITY_RESULT_FILE``
 (``torch_stack_worker.run_configurations``'s form);
 ``tests/test_compiled_stack.py`` asserts on them.

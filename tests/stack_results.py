@@ -6,10 +6,12 @@ its parameter's placement, and plain DTensor's outcome printed beside."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
-from torchrun import run_torchrun
+from torchrun import children_cpu_seconds, run_torchrun
 
 FLOAT32 = {"loss_rel": 1e-5, "weight_diff": 1e-4}
 # bf16 autocast: the forward's matmuls round to bf16 (unit roundoff 2**-8 =
@@ -26,17 +28,24 @@ BFLOAT16 = {"loss_rel": 2.0**-8, "weight_diff": 2 * 1e-2 * 3}
 
 def run_stack_job(worker: str, result_dir: Path, names: tuple[str, ...], timeout: float) -> dict:
     """One torchrun job of ``worker`` over the configurations ``names``; each
-    outcome (parity's and plain DTensor's) printed (``pytest -s`` shows it)."""
+    outcome (parity's, and plain DTensor's where the worker ran it) and the
+    job's wall and CPU seconds printed (``pytest -s`` shows them)."""
     result_file = result_dir / "results.json"
+    start, cpu_before = time.perf_counter(), children_cpu_seconds()
     run_torchrun(worker, nproc=4, timeout=timeout, args=names,
                  env={"PARITY_RESULT_FILE": str(result_file)})
+    print(f"{worker} {' '.join(names)}: {time.perf_counter() - start:.0f} s wall, "
+          f"{children_cpu_seconds() - cpu_before:.0f} s CPU (all ranks), load average "
+          f"{os.getloadavg()[0]:.1f} at the end")
     found = json.loads(result_file.read_text())
     for name, outcome in found.items():
-        parity, plain = outcome["parity"], outcome["plain"]
+        parity = outcome["parity"]
         measured = (f"ok, losses {parity['loss_rel']:.1e} rel, weights {parity['weight_diff']:.1e}"
                     if parity["ok"] else parity["error"])
-        print(f"{name}: parity {measured} ({outcome['seconds']} s)"
-              f"; plain DTensor {'ok' if plain['ok'] else plain['error']}")
+        plain = outcome.get("plain")
+        beside = ("" if plain is None
+                  else f"; plain DTensor {'ok' if plain['ok'] else plain['error']}")
+        print(f"{name}: parity {measured} ({outcome['seconds']} s){beside}")
     return found
 
 

@@ -2,25 +2,20 @@
 ``torch.compile`` under ``jax_semantics()``, on 4 gloo ranks (issue 23,
 "each of them with the whole step inside torch.compile").
 
-torchrun jobs of ``tests/multiprocess/compiled_stack_worker.py``: each
-configuration of ``test_torch_stack.py`` (torch's ``Transformer``, its
-``Transformer.parallelize`` plan) with forward, cross-entropy,
-``loss.backward()``, ``clip_grad_norm_`` where the configuration clips, and
-Adam in one ``torch.compile`` (``aot_eager``, ``dynamic=False``; ``tp`` with
-dynamo's default), 3 steps, against the same model unsharded in one process,
-with ``test_torch_stack.py``'s bounds; plain DTensor's outcome printed
-beside (it cannot run this model on CPU eagerly -- no sharding strategy for
-the flash-attention op -- and fails compiled too, the error printed per
-configuration).
-
-Each configuration costs a minute or more of compiling on CI's 2 cores, and
-CI's slow + multiprocess step has room for a few: ``CI`` runs there (one
-job); the others are the opt-in ``stack`` group (one job:
-``PARITY_STACK=1 pytest -m stack``)."""
+One torchrun job of ``tests/multiprocess/compiled_stack_worker.py`` runs
+every configuration of ``test_torch_stack.py`` in sequence (torch's
+``Transformer`` with one block, its ``Transformer.parallelize`` plan), with
+forward, cross-entropy, ``loss.backward()``, ``clip_grad_norm_`` where the
+configuration clips, and Adam in one ``torch.compile`` (``aot_eager``,
+``dynamic=False``; ``tp`` with dynamo's default), 3 steps, each against the
+same model unsharded in one process, with ``test_torch_stack.py``'s bounds
+and asserted separately. Plain DTensor's compiled attempt is recorded once,
+for ``tp`` (it fails at the vocab-sharded embedding, before any
+configuration's own part; eagerly it fails every configuration:
+``test_torch_stack.py``). The job prints its wall and CPU seconds
+(``pytest -s``)."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 from stack_results import (
@@ -31,36 +26,29 @@ from stack_results import (
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
-CI = ("tp", "fsdp_tp")
-OPT_IN = ("sp", "tp_clip_foreach", "tp_fused", "tp_inference", "tp_checkpoint",
-          "tp_checkpoint_reentrant", "tp_loss_parallel", "tp_autocast")
+CONFIGS = ("tp", "sp", "tp_clip_foreach", "tp_fused", "tp_inference", "tp_checkpoint",
+           "tp_checkpoint_reentrant", "tp_loss_parallel", "fsdp_tp", "tp_autocast")
 
 
 @pytest.fixture(scope="module")
-def ci_results(tmp_path_factory):
+def results(tmp_path_factory):
+    # the timeout guards against a hung job; a loaded 2-core machine takes minutes
     return run_stack_job("compiled_stack_worker.py", tmp_path_factory.mktemp("compiled_stack"),
-                         CI, timeout=900)
+                         CONFIGS, timeout=2400)
 
 
-@pytest.fixture(scope="module")
-def opt_in_results(tmp_path_factory):
-    return run_stack_job("compiled_stack_worker.py", tmp_path_factory.mktemp("compiled_stack"),
-                         OPT_IN, timeout=1800)
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_compiled_step_equals_unsharded(results, name):
+    assert_equals_unsharded(name, results[name]["parity"])
 
 
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("name", CI)
-def test_compiled_step_equals_unsharded(ci_results, name):
-    assert_equals_unsharded(name, ci_results[name]["parity"])
-    assert_plain_dtensor_fails(ci_results[name]["plain"])
-
-
-@pytest.mark.stack
-@pytest.mark.skipif(os.environ.get("PARITY_STACK") != "1",
-                    reason="opt-in group (a compile of minutes per configuration, beyond CI's "
-                           "budget): PARITY_STACK=1 pytest -m stack")
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("name", OPT_IN)
-def test_compiled_configuration_equals_unsharded(opt_in_results, name):
-    assert_equals_unsharded(name, opt_in_results[name]["parity"])
-    assert_plain_dtensor_fails(opt_in_results[name]["plain"])
+@pytest.mark.timeout(2400)
+def test_plain_dtensor_compiled_result_is_recorded(results):
+    """plain DTensor's compiled attempt, run once (for ``tp``): AOTAutograd's
+    "Mixing fake modes NYI" from ``_MaskPartial``'s mask buffer at the
+    vocab-sharded embedding (pytorch#159843). If it changes, torch moved:
+    update docs/torch-stack.md's table."""
+    outcome = results["tp"]["plain"]
+    assert_plain_dtensor_fails(outcome)
+    assert "Mixing fake modes" in outcome["error"], outcome

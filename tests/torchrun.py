@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,11 @@ def run_torchrun(
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-12000:]
     return output
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished children (a
+    torchrun job's ranks included, once it has exited): what a job costs,
+    whatever else is loading the machine."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

@@ -30,7 +30,7 @@ from parity.axis_types import AxisType
 from parity.errors import ShardingTypeError
 from parity.layout import Spec, entry_from_names
 from parity.torch_impl.layouts import meshes
-from parity.torch_impl.semantics import axis_overrides
+from parity.torch_impl.semantics import axis_overrides, decision
 from parity.torch_impl.layouts.typed_mesh import axis_types_of
 from parity.torch_impl.layouts.specs import spec_and_pending
 from parity.torch_impl.runtime.torch_compat import tree_map
@@ -41,24 +41,6 @@ _is_compiling = torch.compiler.is_compiling  # dynamo folds it (by identity) to 
 
 def _p(spec: Spec) -> str:
     return "P(" + ", ".join(repr(entry_from_names(n)) for n in spec) + ")"
-
-
-def _operands(args: tuple, kwargs: dict) -> list[tuple[tuple, DTensor]]:
-    found = []
-
-    def visit(loc: tuple, value: Any) -> None:
-        if isinstance(value, DTensor):
-            found.append((loc, value))
-        elif isinstance(value, (list, tuple)):
-            for j, v in enumerate(value):
-                if isinstance(v, DTensor):
-                    found.append((loc + (j,), v))
-
-    for i, a in enumerate(args):
-        visit(("a", i), a)
-    for k, v in kwargs.items():
-        visit(("k", k), v)
-    return found
 
 
 def _name(loc: tuple) -> str:
@@ -99,7 +81,7 @@ def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict,
                 if t == AxisType.Explicit}
     if not explicit:
         return
-    operands = _operands(args, kwargs)
+    operands = decision.operands(args, kwargs)
     specs = [spec_and_pending(t)[0] for _, t in operands]
     named = {n for spec in specs for names in spec for n in names}
     if not named & explicit:

@@ -63,7 +63,7 @@ from parity.torch_impl.semantics import (
 from parity.torch_impl.collectives import compiled_buckets, gradient_buckets, redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
-from parity.torch_impl.semantics import explicit_check, local_views, pending_clone
+from parity.torch_impl.semantics import dtensor_handlers, explicit_check, local_views, pending_clone
 from parity.torch_impl.semantics import random as random_ops
 from parity.errors import ParityError
 
@@ -127,8 +127,8 @@ class JaxSemantics:
             mode.defer = _state.defer
             mode.__enter__()
             _state.mode = mode
-            local_views.install(active)
-            pending_clone.install(active)
+            dtensor_handlers.install({local_views.VIEW: local_views.view_handler,
+                                      pending_clone.CLONE: pending_clone.clone_handler}, active)
             # a step compiled by inductor in this scope buckets its all-reduces
             _state.undo_inductor_buckets = compiled_buckets.inductor_buckets()
         return self

@@ -20,7 +20,7 @@ itself can run. The fallback is what JAX's partitioner does at worst:
   run once more with DTensor's ``implicit_replication()`` scoped to that
   one call; if that fails too, ``run_replicated``.
 
-When (``mode._compute``: ``before_dtensor``, then DTensor, then
+When (``compute.compute``: ``before_dtensor``, then DTensor, then
 ``recover`` with the kind of DTensor's refusal):
 
 1. the op is on ``KNOWN_WRONG`` below: DTensor has a strategy that gives a

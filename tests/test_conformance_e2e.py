@@ -166,3 +166,34 @@ def test_every_comparison_row_is_the_typed_record_conformance_entries_declares(r
         _fits(row, VerdictRow)
         for side in (row["reference"], row["candidate"]):
             _fits(side, CaseSide)
+
+
+# A real divergence, no hook: integer floor division by zero is a value on
+# JAX (XLA defines it) and an error on torch (ZeroDivisionError), DTensor or
+# not. exp/indivisible: raw DTensor diverges (it splits the dim unevenly),
+# parity refuses as JAX does.
+LINE = {"shape": [8], "axis_names": ["x"]}
+DIVERGES = {"id": "floor_divide/int-by-zero", "op": "floor_divide", "mesh": LINE,
+            "inputs": [{"shape": [8], "dtype": "int32", "layout": ["x"]},
+                       {"shape": [8], "dtype": "int32", "layout": ["x"]}],
+            "values": [[1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 0, 1, 0, 1, 0, 1]]}
+RAW_ONLY = {"id": "exp/indivisible", "op": "exp", "mesh": LINE,
+            "inputs": [{"shape": [6], "dtype": "float32", "layout": ["x"]}]}
+
+
+@pytest.mark.parametrize("cases, status", [([DIVERGES, RAW_ONLY], 1), ([RAW_ONLY], 0)],
+                         ids=["parity-diverges", "only-raw-diverges"])
+def test_conformance_exits_1_exactly_when_the_parity_column_diverges(tmp_path, cases, status):
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps({"cases": cases}))
+    proc = parity("conformance", "--cases", str(path), "--out-dir", str(tmp_path / "out"),
+                  check=False)
+    assert proc.returncode == status, proc.stdout + proc.stderr
+    parity_cmp = json.loads((tmp_path / "out" / "parity-vs-jax.json").read_text())
+    raw_cmp = json.loads((tmp_path / "out" / "raw-vs-jax.json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in parity_cmp["cases"]}
+    assert verdicts["exp/indivisible"] == "both-reject"
+    assert {c["id"]: c["verdict"] for c in raw_cmp["cases"]}["exp/indivisible"] == "error-differs"
+    if status:
+        assert verdicts["floor_divide/int-by-zero"] == "error-differs"
+        assert "parity diverges from JAX in 1 cases" in proc.stdout + proc.stderr

@@ -121,3 +121,19 @@ def test_a_handwritten_dated_pass_fails_the_check(monkeypatch, capsys):
         for page, body in real(tables).items()})
     assert measurements.main(["--check"]) == 1
     assert "states ['2026-11-24', '12.4 us', '1.02x', '7.2 cases/s'] outside" in capsys.readouterr().err
+
+
+def test_the_design_pages_state_no_measured_figure():
+    # docs/architecture.md describes the design; its figures are the
+    # generated tables it points to (a hand-written "1.7 us over plain
+    # DTensor" there once contradicted the generated "+11.0 us").
+    for page in measurements.FIGURE_FREE:
+        assert measurements.measured_figures((ROOT / page).read_text()) == [], page
+
+
+def test_a_figure_on_a_design_page_fails_the_check(monkeypatch, capsys, tmp_path):
+    page = tmp_path / "architecture.md"
+    page.write_text("The clean call costs 1.7 us over plain DTensor (4.0x).\n")
+    monkeypatch.setattr(measurements, "FIGURE_FREE", (str(page),))
+    assert measurements.main(["--check"]) == 1
+    assert "states ['1.7 us', '4.0x']" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -41,3 +42,16 @@ def test_the_license_is_declared_and_shipped():
     root = Path(__file__).resolve().parents[1]
     assert all((root / name).is_file() for name in PROJECT["license-files"])
     assert "Apache License" in (root / "LICENSE").read_text()
+
+
+def test_project_urls_are_absolute_or_their_absence_is_explained():
+    # A Project-URL is an absolute URL; the repository has no public address
+    # yet, so pyproject.toml says why it names none rather than inventing one.
+    urls = PROJECT.get("urls")
+    if urls:
+        for label, url in urls.items():
+            parts = urlparse(url)
+            assert parts.scheme == "https" and parts.netloc, (label, url)
+    else:
+        text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+        assert "# No [project.urls]:" in text

@@ -68,3 +68,21 @@ def test_anything_that_moves_data_is_not_a_relabel(pending):
     assert not is_relabel(q, (Replicate(), Replicate()))  # a sum on model (size 2)
     with pytest.raises(ParityError, match=r"Partial\(sum\), Shard\(dim=1\).*Replicate\(\), Replicate\(\).*\(1, 2\)"):
         relabeled(p, (Replicate(), Replicate()))
+
+
+def test_a_relabel_in_a_new_simulate_block_is_on_that_blocks_mesh():
+    # Two simulate() blocks build equal torch meshes (DTensorSpec compares
+    # meshes by value): the relabeled spec cached in the first must not be
+    # handed to the second, whose process group is another.
+    def relabel_on_new_mesh():
+        mesh = T.to_torch_mesh(DeviceMesh((1, 2), ("batch", "model")))
+        p = DTensor.from_local(torch.ones(2, 3), mesh, [Partial(), Shard(1)], run_check=False)
+        return mesh, relabeled(p, (Replicate(), Shard(1)))
+
+    with T.simulate(2):
+        first, out = relabel_on_new_mesh()
+        assert out.device_mesh is first
+    with T.simulate(2):
+        second, out = relabel_on_new_mesh()
+        assert second is not first and second == first
+        assert out.device_mesh is second

@@ -72,3 +72,15 @@ def test_torch_compat_does_import_the_private_names_it_stands_for():
     # The check above must have something to hold: torch_compat is where they are.
     imports = _imports(ROOT / "runtime" / "torch_compat.py")
     assert any(m.split(".")[0] == "torch" and _private(m, n) for _, m, n in imports)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_dtensors_dispatcher_is_reached_only_through_torch_compat(path):
+    # DTensor._op_dispatcher (its handler table, its dispatch steps) is
+    # private: torch_compat hands it out, semantics/dtensor_handlers uses it.
+    if path == ROOT / "runtime" / "torch_compat.py":
+        return
+    reads = [node.lineno for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Attribute)
+             and node.attr in ("_op_dispatcher", "_custom_op_handlers")]
+    assert not reads, f"{path.relative_to(ROOT)} reads DTensor's dispatcher at lines {reads}"

@@ -10,8 +10,9 @@ input's ``DTensorSpec``, op, axis name, axis) -- the argument checks, the
 process group, the output's ``DTensorSpec`` -- is resolved once into a
 ``_Plan`` and cached for the current runtime generation (a plan holds its
 process group: a new ``simulate()`` block, ``initialize()`` again or a
-process group destroyed and started again empties the caches, so a mesh
-object kept across them never reaches a destroyed group). The result is wrapped
+process group destroyed and started again empties the caches,
+``state.per_generation``, so a mesh object kept across them never reaches
+a destroyed group). The result is wrapped
 with DTensor's own constructor and no autograd node (the collectives refuse
 inputs that require grad).
 
@@ -100,25 +101,36 @@ class _Plan:
         return None
 
 
-# Keyed on the torch mesh's identity besides the (value-compared) spec: the
-# meshes of two process groups compare equal, and a plan holds its mesh, so
-# an id is not reused while its plan lives. Both caches hold the plans of one
-# runtime generation (``_generation``): a torch mesh object may outlive its
-# process groups (a DTensor or a mesh kept across ``simulate()`` blocks, or
-# across ``destroy_process_group`` and a new ``init_process_group``), and a
-# plan built for it then holds the destroyed group.
+# The plan cache, one idea looked up two ways, both holding the plans of one
+# runtime generation (``state.per_generation`` empties them: a torch mesh
+# object may outlive its process groups -- a DTensor or a mesh kept across
+# ``simulate()`` blocks, or across ``destroy_process_group`` and a new
+# ``init_process_group`` -- and a plan built for it then holds the destroyed
+# group).
+# ``_plans``: by value, (id(torch mesh), spec, kind, op, axis name, axis) ->
+# plan. Keyed on the torch mesh's identity besides the (value-compared) spec:
+# the meshes of two process groups compare equal, and a plan holds its mesh,
+# so an id is not reused while its plan lives.
 _plans: dict[tuple, _Plan] = {}
-_generation: list[object] = [None]  # the runtime generation the caches hold
 _MAX_PLANS = 4096
-# Per collective: id(spec) -> (spec, op, axis name, axis, plan), for the
-# specs seen last, found by identity before ``_plans`` (whose key hashes the
-# spec with DTensorSpec's Python ``__hash__``). A collective's result carries
-# its plan's ``out_spec`` object, so a loop of collectives hits here. The
-# entry holds its spec: the id is not reused while it lives. The arguments
-# are compared with ``is`` (exact: ``True`` is not ``1``); an equal but
-# distinct string takes ``_plans``.
+# ``_by_identity``, in front of it (speed: skips hashing the spec with
+# DTensorSpec's Python ``__hash__``, and a key tuple, on every call): per
+# collective, id(spec) -> (spec, op, axis name, axis, plan) for the specs seen
+# last. A collective's result carries its plan's ``out_spec`` object, so a
+# loop of collectives hits here. The entry holds its spec: the id is not
+# reused while it lives. The arguments are compared with ``is`` (exact:
+# ``True`` is not ``1``); an equal but distinct string takes ``_plans``.
 _by_identity: dict[str, dict[int, tuple]] = {
     "all_reduce": {}, "all_gather": {}, "reduce_scatter": {}}
+
+
+def _forget_plans() -> None:
+    _plans.clear()
+    for seen in _by_identity.values():
+        seen.clear()
+
+
+state.per_generation(_forget_plans)
 
 
 def _build_plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
@@ -170,25 +182,6 @@ def _plan(x: DTensor, kind: str, op: str, axis_name: Any, axis: Any) -> _Plan:
     return plan
 
 
-def _new_generation(now: object) -> None:
-    """Forget the plans of the previous runtime generation (and with them
-    the meshes and process groups they hold). Under dynamo (the traced
-    twins in ``traced.py`` call ``_prepare``), which cannot enter a lock,
-    without it: a trace runs on one thread."""
-    if torch.compiler.is_compiling():
-        _forget_plans(now)
-        return
-    with state.lock:
-        _forget_plans(now)
-
-
-def _forget_plans(now: object) -> None:
-    _plans.clear()
-    for seen in _by_identity.values():
-        seen.clear()
-    _generation[0] = now
-
-
 def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTensor, _Plan]:
     if type(x) is not DTensor or type(x._local_tensor) is DonatedTensor:
         x = require_dtensor(x, kind)  # raises unless a DTensor (or its Parameter)
@@ -202,9 +195,7 @@ def _prepare(x: Any, kind: str, op: str, axis_name: Any, axis: Any) -> tuple[DTe
             "torch.no_grad() or on x.detach(); for a differentiable reduction use "
             "ops under jax_semantics() (e.g. x.sum(dim) over a sharded dim)."
         )
-    now = state.generation()
-    if now is not _generation[0]:
-        _new_generation(now)
+    state.current()  # this generation's plans (a new one empties the caches)
     spec = x._spec
     seen = _by_identity[kind]
     hit = seen.get(id(spec))

@@ -23,8 +23,13 @@ from parity.torch_impl.runtime.torch_compat import flatten_registry
 
 # (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
 # unique; name is the flattened mesh's name (None for a single mesh dim).
+# One process-group generation's groups (``state.per_generation`` empties
+# them): a torch mesh object may outlive its process groups (a caller's mesh
+# reused across simulate() blocks), and a flattened group of the old
+# generation no longer resolves ("Could not resolve the process group
+# registered under the name ...").
 _entries: dict[tuple, tuple[TorchMesh, Group, str | None]] = {}
-_entries_generation: list[object] = [None]  # the generation _entries holds
+state.per_generation(_entries.clear)
 
 
 def group(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> Group:
@@ -35,18 +40,11 @@ def group(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> Group:
 
 
 def entry(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> tuple[TorchMesh, Group, str | None]:
-    # One process-group generation's groups: a torch mesh object may outlive
-    # its process groups (a caller's mesh reused across simulate() blocks),
-    # and a flattened group of the old generation no longer resolves ("Could
-    # not resolve the process group registered under the name ...").
-    if _entries_generation[0] != state.generation():
-        _entries.clear()
-        _entries_generation[0] = state.generation()
+    direct = state.current().mode == "multiprocess"  # a new generation empties _entries
     key = (id(mesh), mesh_dims)
     found = _entries.get(key)
     if found is not None and found[0] is mesh:
         return found
-    direct = state.mode() == "multiprocess"
     if len(mesh_dims) == 1:
         entry = (mesh, Group(mesh, mesh_dims[0], direct), None)
     else:

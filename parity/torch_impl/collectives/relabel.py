@@ -24,6 +24,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from parity.errors import ParityError
+from parity.torch_impl.runtime import state
 from parity.torch_impl.runtime.torch_compat import DTensorSpec
 
 
@@ -67,9 +68,12 @@ def relabeled(x: DTensor, placements: Sequence[Placement]) -> DTensor:
 
 # (source spec, placements) -> the relabeled spec: building a DTensorSpec
 # costs tens of microseconds, more than the rest of a relabel; a step meets
-# the same few specs every time. Bounded: cleared when full.
+# the same few specs every time. Bounded: cleared when full. One runtime
+# generation's (``state.per_generation``): the key compares meshes by value,
+# and the spec holds its mesh, which would be the last generation's.
 _specs: dict[tuple, DTensorSpec] = {}
 _SPECS_MAX = 256
+state.per_generation(_specs.clear)
 
 
 def _with_placements(x: DTensor, placements: tuple) -> DTensor:

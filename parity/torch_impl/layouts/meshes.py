@@ -19,10 +19,9 @@ from parity.torch_impl.runtime.devices import device_rank
 
 __all__ = ["mesh_axis_names", "to_parity_mesh", "to_torch_mesh"]  # mesh_axis_names: specs's
 
-# Both caches hold one runtime generation's meshes (``_cache_generation``);
-# a new generation empties them, and a read checks the generation first.
+# Both caches hold one runtime generation's meshes: a new generation empties
+# them (``state.per_generation``; ``state.current()`` first).
 _dynamo_compiling = torch.compiler.is_dynamo_compiling  # False eagerly; dynamo folds it to True
-_cache_generation: list[object] = [None]
 _mesh_cache: dict[DeviceMesh, TorchMesh] = {}
 # id(torch mesh) -> (torch mesh, parity mesh); holding the torch mesh keeps its id unique.
 # Bounded: a program that builds torch meshes in a loop keeps the newest
@@ -30,17 +29,12 @@ _mesh_cache: dict[DeviceMesh, TorchMesh] = {}
 # rebuilt if asked again -- a pure value, so nothing changes but the cost).
 _parity_mesh_cache: dict[int, tuple[TorchMesh, DeviceMesh]] = {}
 PARITY_MESH_LIMIT = 64
-
-
-def _caches_for(generation: object) -> None:
-    if _cache_generation[0] != generation:
-        _mesh_cache.clear()
-        _parity_mesh_cache.clear()
-        _cache_generation[0] = generation
+state.per_generation(_mesh_cache.clear)
+state.per_generation(_parity_mesh_cache.clear)
 
 
 def _remember_parity_mesh(torch_mesh: TorchMesh, mesh: DeviceMesh) -> None:
-    """Hold ``torch_mesh -> mesh`` (under ``state.lock``, generation set)."""
+    """Hold ``torch_mesh -> mesh`` (under ``state.lock``)."""
     while len(_parity_mesh_cache) >= PARITY_MESH_LIMIT:
         del _parity_mesh_cache[next(iter(_parity_mesh_cache))]
     _parity_mesh_cache[id(torch_mesh)] = (torch_mesh, mesh)
@@ -59,21 +53,19 @@ def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
             "The torch backend has no ranks: use torch_impl.simulate(n) for "
             "simulated devices or torch_impl.initialize() under torchrun."
         )
-    # A hit of this generation needs no lock (a dict read; the lock guards
-    # the fill) -- and dynamo cannot enter an RLock, so a compiled function
-    # finds here the mesh its inputs were distributed on, eagerly.
-    if _cache_generation[0] == now.generation:
-        cached = _mesh_cache.get(mesh)
-        if cached is not None:
-            return cached
-        if _dynamo_compiling():
-            # dynamo looks a user object up in a dict by identity: compare
-            # values (an equal parity mesh built elsewhere).
-            for key, held in _mesh_cache.items():
-                if key == mesh:
-                    return held
+    # A hit needs no lock (a dict read; the lock guards the fill) -- and
+    # dynamo cannot enter an RLock, so a compiled function finds here the
+    # mesh its inputs were distributed on, eagerly.
+    cached = _mesh_cache.get(mesh)
+    if cached is not None:
+        return cached
+    if _dynamo_compiling():
+        # dynamo looks a user object up in a dict by identity: compare
+        # values (an equal parity mesh built elsewhere).
+        for key, held in _mesh_cache.items():
+            if key == mesh:
+                return held
     with state.lock:
-        _caches_for(now.generation)
         cached = _mesh_cache.get(mesh)
         if cached is None:
             ranks = np.vectorize(device_rank, otypes=[np.int64])(mesh.devices)
@@ -103,11 +95,10 @@ def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
             if held == torch_mesh:
                 return mesh
         return _to_parity_mesh_untraced(torch_mesh)
-    generation = state.current().generation
-    if _cache_generation[0] == generation:
-        cached = _parity_mesh_cache.get(id(torch_mesh))
-        if cached is not None and cached[0] is torch_mesh:
-            return cached[1]
+    state.current()  # this generation's caches (a new one empties them)
+    cached = _parity_mesh_cache.get(id(torch_mesh))
+    if cached is not None and cached[0] is torch_mesh:
+        return cached[1]
     names = mesh_axis_names(torch_mesh)
     kind = state.parity_device_kind(torch_mesh.device_type)
     ranks = torch_mesh.mesh.cpu().numpy()
@@ -115,7 +106,6 @@ def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
     mesh = DeviceMesh(tuple(torch_mesh.mesh.shape), tuple(names), devices,
                       getattr(torch_mesh, "parity_axis_types", None))  # issue 26
     with state.lock:
-        _caches_for(generation)
         _remember_parity_mesh(torch_mesh, mesh)
         # the way back gives the user's mesh (an FSDP2 submesh, an
         # init_device_mesh) rather than a new one torch compares unequal

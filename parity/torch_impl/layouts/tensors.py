@@ -100,16 +100,18 @@ def result_spec(torch_mesh: Any, spec: Spec, global_shape: Sequence[int], dtype:
     """The ``DTensorSpec`` of a contiguous result laid out as ``spec`` (cached
     per process group: torch meshes of two ``simulate()`` blocks compare
     equal, and a spec must not carry a mesh whose process group is gone)."""
-    return _result_spec(state.generation(), torch_mesh, tuple(spec),
-                        tuple(int(n) for n in global_shape), dtype)
+    state.current()  # this generation's specs (a new one empties the cache)
+    return _result_spec(torch_mesh, tuple(spec), tuple(int(n) for n in global_shape), dtype)
 
 
 @traced_through  # pure: dynamo may trace the function itself
 @functools.lru_cache(maxsize=4096)
-def _result_spec(generation: object, torch_mesh: Any, spec: Spec, global_shape: tuple[int, ...],
-                 dtype):
+def _result_spec(torch_mesh: Any, spec: Spec, global_shape: tuple[int, ...], dtype):
     meta = TensorMeta(torch.Size(global_shape), contiguous_stride(global_shape), dtype)
     return DTensorSpec(torch_mesh, placements_for(spec, torch_mesh), tensor_meta=meta)
+
+
+state.per_generation(_result_spec.cache_clear)
 
 
 def global_shape_from_local(

@@ -33,6 +33,7 @@ from torch.autograd.graph import _engine_run_backward
 from torch._dynamo.exc import TorchDynamoException
 from torch.distributed import _local_tensor
 from torch.distributed import distributed_c10d as c10d
+from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor.placement_types import _StridedShard as StridedShard
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
@@ -189,6 +190,21 @@ def skip_frames_of(code) -> None:
     from torch._dynamo.types import FrameAction, FrameExecStrategy
 
     set_code_exec_strategy(code, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+
+
+def dtensor_op_dispatcher():
+    """DTensor's op dispatcher (``DTensor._op_dispatcher``): its sharding
+    propagator, the unwrap / redistribute / wrap steps of its dispatch, and
+    its table of custom op handlers (``_custom_op_handlers``, aten op ->
+    handler, which ``dtensor_op_handlers`` returns)."""
+    return DTensor._op_dispatcher
+
+
+def dtensor_op_handlers() -> dict:
+    """DTensor's table of custom op handlers (aten op -> ``handler(op, args,
+    kwargs)``), where torch's ``loss_parallel()`` and parity's
+    ``semantics.dtensor_handlers`` put theirs; the table itself, not a copy."""
+    return dtensor_op_dispatcher()._custom_op_handlers
 
 
 def default_store():

@@ -53,12 +53,14 @@ from parity.torch_impl.runtime.torch_compat import (
     _tensor_or_tensors_to_tuple,
 )
 from parity.torch_impl.semantics import compile_support
+from parity.torch_impl.semantics.compile_support import (
+    AUTOGRAD_BACKWARD,
+    AUTOGRAD_GRAD,
+    TENSOR_BACKWARD,
+)
 
-_TENSOR_BACKWARD = torch.Tensor.backward
-_AUTOGRAD_BACKWARD = torch.autograd.backward
-_AUTOGRAD_GRAD = torch.autograd.grad
-_SIGNATURES = {f: inspect.signature(f) for f in (_TENSOR_BACKWARD, _AUTOGRAD_BACKWARD,
-                                                  _AUTOGRAD_GRAD)}
+_SIGNATURES = {f: inspect.signature(f) for f in (TENSOR_BACKWARD, AUTOGRAD_BACKWARD,
+                                                  AUTOGRAD_GRAD)}
 
 
 def _as_tuple(values: Any) -> tuple:
@@ -156,12 +158,12 @@ def run(mode: TorchFunctionMode, func: Any, args: tuple, kwargs: dict) -> Any:
     # A bucket for a backward that accumulates into .grad, none for
     # autograd.grad (the gradients it returns are complete); flushed after the
     # mode is popped (the bucket's own ops need nothing from it).
-    accumulates = func is not _AUTOGRAD_GRAD and not a["create_graph"]
+    accumulates = func is not AUTOGRAD_GRAD and not a["create_graph"]
     with open_bucket(accumulates) as bucket, mode:
-        if func is _TENSOR_BACKWARD:
+        if func is TENSOR_BACKWARD:
             return _backward(bucket, a["self"], a["gradient"], a["retain_graph"],
                              a["create_graph"], a["inputs"])
-        if func is _AUTOGRAD_BACKWARD:
+        if func is AUTOGRAD_BACKWARD:
             return _backward(bucket, a["tensors"], a["grad_tensors"], a["retain_graph"],
                              a["create_graph"], a["inputs"])
         return _grad(a)

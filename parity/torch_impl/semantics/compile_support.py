@@ -112,10 +112,11 @@ from parity.torch_impl.runtime.torch_compat import (
     skip_frames_of,
 )
 
-# The functions that must never be traced by dynamo under jax_semantics().
-_TENSOR_BACKWARD = torch.Tensor.backward
-_AUTOGRAD_BACKWARD = torch.autograd.backward
-_AUTOGRAD_GRAD = torch.autograd.grad
+# The backward entry points: never traced by dynamo under jax_semantics()
+# (here), and what ``backward_scope`` runs a parity backward for.
+TENSOR_BACKWARD = torch.Tensor.backward
+AUTOGRAD_BACKWARD = torch.autograd.backward
+AUTOGRAD_GRAD = torch.autograd.grad
 
 _backward = threading.local()  # .meshes: the meshes of the running parity backward's roots
 
@@ -144,17 +145,17 @@ def _recording_root_meshes(func: Any) -> Any:
 
 
 _UNTRACED_TENSOR_BACKWARD = torch.compiler.disable(
-    _recording_root_meshes(_TENSOR_BACKWARD), recursive=True)
+    _recording_root_meshes(TENSOR_BACKWARD), recursive=True)
 _UNTRACED_AUTOGRAD_BACKWARD = torch.compiler.disable(
-    _recording_root_meshes(_AUTOGRAD_BACKWARD), recursive=True)
-_UNTRACED_AUTOGRAD_GRAD = torch.compiler.disable(_recording_root_meshes(_AUTOGRAD_GRAD), recursive=True)
+    _recording_root_meshes(AUTOGRAD_BACKWARD), recursive=True)
+_UNTRACED_AUTOGRAD_GRAD = torch.compiler.disable(_recording_root_meshes(AUTOGRAD_GRAD), recursive=True)
 
 
 def runs_untraced(func: Any) -> bool:
     """Whether ``func`` is a backward entry point the mode runs outside
     dynamo (see the module docstring). ``is`` tests only: this runs per op,
     and dynamo folds them to constants while tracing."""
-    return func is _TENSOR_BACKWARD or func is _AUTOGRAD_BACKWARD or func is _AUTOGRAD_GRAD
+    return func is TENSOR_BACKWARD or func is AUTOGRAD_BACKWARD or func is AUTOGRAD_GRAD
 
 
 def run_untraced(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -163,11 +164,11 @@ def run_untraced(func: Any, args: tuple, kwargs: dict) -> Any:
     (pytorch#130978 family; see the module docstring)."""
     # ``is`` chains, not a dict keyed by function: dynamo's dict lookup with
     # a function key raises KeyError while tracing (torch 2.13).
-    if func is _TENSOR_BACKWARD:
+    if func is TENSOR_BACKWARD:
         return _UNTRACED_TENSOR_BACKWARD(*args, **kwargs)
-    if func is _AUTOGRAD_BACKWARD:
+    if func is AUTOGRAD_BACKWARD:
         return _UNTRACED_AUTOGRAD_BACKWARD(*args, **kwargs)
-    if func is _AUTOGRAD_GRAD:
+    if func is AUTOGRAD_GRAD:
         return _UNTRACED_AUTOGRAD_GRAD(*args, **kwargs)
     raise ValueError(f"run_untraced: {func!r} is not a backward entry point (runs_untraced() is False).")
 

@@ -43,24 +43,6 @@ def _p(spec: Spec) -> str:
     return "P(" + ", ".join(repr(entry_from_names(n)) for n in spec) + ")"
 
 
-def _operands(args: tuple, kwargs: dict) -> list[tuple[tuple, DTensor]]:
-    found = []
-
-    def visit(loc: tuple, value: Any) -> None:
-        if isinstance(value, DTensor):
-            found.append((loc, value))
-        elif isinstance(value, (list, tuple)):
-            for j, v in enumerate(value):
-                if isinstance(v, DTensor):
-                    found.append((loc + (j,), v))
-
-    for i, a in enumerate(args):
-        visit(("a", i), a)
-    for k, v in kwargs.items():
-        visit(("k", k), v)
-    return found
-
-
 def _name(loc: tuple) -> str:
     where = f"argument {loc[1]}" if loc[0] == "a" else f"{loc[1]}="
     return where + (f"[{loc[2]}]" if len(loc) > 2 else "")
@@ -87,19 +69,24 @@ def _chosen_on(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_m
     return plan is not None and plan.chosen
 
 
-def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> None:
-    """Raise ``ShardingTypeError`` for ``func`` (named ``op``) whose
-    ``chosen`` plan JAX's types refuse (see the module docstring); else
-    return. On an Auto mesh (no override running) nothing is looked up:
-    a compiled function traces no mesh lookup here."""
+def explicit_axes(torch_mesh: Any) -> frozenset[str]:
+    """The names of ``torch_mesh``'s axes that are Explicit now (its types,
+    or an override running); empty on an Auto mesh, where nothing is looked
+    up: a compiled function traces no mesh lookup here."""
     if axis_types_of(torch_mesh) is None and not axis_overrides.active():
-        return  # all Auto
+        return frozenset()  # all Auto
     mesh = meshes.to_parity_mesh(torch_mesh)
-    explicit = {name for name, t in zip(mesh.axis_names, axis_overrides.effective_types(mesh))
-                if t == AxisType.Explicit}
-    if not explicit:
-        return
-    operands = _operands(args, kwargs)
+    return frozenset(name for name, t in zip(mesh.axis_names, axis_overrides.effective_types(mesh))
+                     if t == AxisType.Explicit)
+
+
+def refuse_if_ambiguous(func: Any, op: str, plan: Any, operands: list[tuple[tuple, Any]],
+                        args: tuple, kwargs: dict, torch_mesh: Any,
+                        explicit: frozenset[str]) -> None:
+    """Raise ``ShardingTypeError`` for ``func`` (named ``op``) whose
+    ``chosen`` plan JAX's types refuse on the ``explicit`` axes (see the
+    module docstring); else return. ``operands``: ``decision.operands(args,
+    kwargs)``."""
     specs = [spec_and_pending(t)[0] for _, t in operands]
     named = {n for spec in specs for names in spec for n in names}
     if not named & explicit:

@@ -20,7 +20,7 @@ itself can run. The fallback is what JAX's partitioner does at worst:
   run once more with DTensor's ``implicit_replication()`` scoped to that
   one call; if that fails too, ``run_replicated``.
 
-When (``mode._compute``: ``before_dtensor``, then DTensor, then
+When (``compute.compute``: ``before_dtensor``, then DTensor, then
 ``recover`` with the kind of DTensor's refusal):
 
 1. the op is on ``KNOWN_WRONG`` below: DTensor has a strategy that gives a
@@ -209,14 +209,15 @@ def _needs_grad(args: tuple, kwargs: dict) -> bool:
 
 
 @torch.compiler.assume_constant_result
-def _inplace_by_name(func: Any) -> bool:
+def inplace_by_name(func: Any) -> bool:
+    """Whether ``func`` writes into its first operand (``add_``, ``__iadd__``)."""
     # a constant under dynamo, which cannot trace str.endswith on the name
     name = getattr(func, "__name__", "") or ""
     return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
 
 
 def _refuse_inplace(func: Any, args: tuple, kwargs: dict, why: str) -> None:
-    inplace = _inplace_by_name(func)
+    inplace = inplace_by_name(func)
     target = args[0] if args else None
     if "out" in kwargs and kwargs["out"] is not None:
         inplace, target = True, kwargs["out"]

@@ -81,18 +81,20 @@ def run_local_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
     a gradient (and a tensordot torch broadcasts): the mode runs it on the
     gathered operands; ``None`` when the call is none of these (a full
     reduction, basic indexing: they go the usual way)."""
+    # The calls answered in this module first, then those answered below it
+    # (the contraction rule, attention): each branch is one function.
     if func is torch.Tensor.__getitem__:
         return _advanced_index_with_grad(args, kwargs)
-    if func is torch.nn.functional.scaled_dot_product_attention:
-        return run_attention(args, kwargs)
-    if func is torch.tensordot:
-        return _tensordot_local(args, kwargs)
     if any(func is f for f in _BATCH_NORM_WITH_UPDATE):
         return _batch_norm_with_update(args, kwargs)
     if func in _MATMULS:
         return _vector_matmul(args, kwargs)
     if func is torch.Tensor.__rmatmul__:
         return _vector_matmul(args[::-1], kwargs)
+    if func is torch.tensordot:
+        return _tensordot_local(args, kwargs)
+    if func is torch.nn.functional.scaled_dot_product_attention:
+        return run_attention(args, kwargs)
     x = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     if not isinstance(x, DTensor) or not isinstance(dim, int):

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.distributed.tensor import DTensor
+
+from parity.torch_impl.semantics.dtensor_handlers import handled
 
 _LOG_SOFTMAX = torch.ops.aten._log_softmax.default
 
@@ -35,7 +36,7 @@ FUNCTIONS = frozenset({
 def active() -> bool:
     """Whether a ``loss_parallel()`` context is open (its handlers are in
     DTensor's dispatcher)."""
-    return _LOG_SOFTMAX in DTensor._op_dispatcher._custom_op_handlers
+    return handled(_LOG_SOFTMAX)
 
 
 def applies(func: Any) -> bool:

@@ -48,11 +48,9 @@ from torch.overrides import TorchFunctionMode
 from parity.torch_impl.semantics import (
     backward_scope,
     compile_support,
+    compute,
     decision,
-    fallback,
     fast_path,
-    grad_guard,
-    local_ops,
     loss_parallel,
     operands,
     pending,
@@ -63,7 +61,7 @@ from parity.torch_impl.semantics import (
 from parity.torch_impl.collectives import compiled_buckets, gradient_buckets, redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
-from parity.torch_impl.semantics import explicit_check, local_views, pending_clone
+from parity.torch_impl.semantics import dtensor_handlers, explicit_check, local_views, pending_clone
 from parity.torch_impl.semantics import random as random_ops
 from parity.errors import ParityError
 
@@ -127,8 +125,8 @@ class JaxSemantics:
             mode.defer = _state.defer
             mode.__enter__()
             _state.mode = mode
-            local_views.install(active)
-            pending_clone.install(active)
+            dtensor_handlers.install({local_views.VIEW: local_views.view_handler,
+                                      pending_clone.CLONE: pending_clone.clone_handler}, active)
             # a step compiled by inductor in this scope buckets its all-reduces
             _state.undo_inductor_buckets = compiled_buckets.inductor_buckets()
         return self
@@ -348,9 +346,10 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     tensor or numpy array among the operands), as the module docstring
     says; ``key``: the call's fast-path signature, remembered if clean."""
     defer = _defer()
-    if name == "__array_wrap__":
-        return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
-    if plain:
+    # The operands, in one module: promoted, rehomed, completed for an
+    # observer; numpy's result wrapped (its ndarray is the result, never
+    # promoted).
+    if plain and name != "__array_wrap__":
         if operands.writes_gradient_into_plain(name, args, kwargs):
             return operands.write_into_plain(func, args, kwargs)
         args, kwargs = operands.promote(args, kwargs, mesh)
@@ -359,8 +358,10 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if loss_parallel.applies(func) or name in _OBSERVERS:
         # DTensor's own parallel loss (the user asked for it), or an op that
         # looks at values: pending sums completed, then the op as it is
-        args, kwargs = _map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
+        args, kwargs = operands.map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
         return func(*args, **kwargs)
+    if name == "__array_wrap__":
+        return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
     if name == "__array__":
         # np.asarray(x), and numpy's side of ``x * ndarray`` (torch's operator
         # gives up on an ndarray before any __torch_function__): the global
@@ -382,13 +383,17 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     # made outside dynamo's trace under torch.compile (see ``decision``)
     plan, actions, keep_partial = decision.decision_for(func, args, kwargs, mesh, defer, grad)
     if plan is not None and plan[3]:  # chosen: on Explicit axes JAX refuses it
-        explicit_check.refuse_if_explicit(func, name, rules.Plan(dict(plan[0]), plan[1], plan[2],
-                                                                 plan[3]), args, kwargs, mesh)
+        explicit = explicit_check.explicit_axes(mesh)
+        if explicit:
+            located = decision.operands(args, kwargs)
+            explicit_check.refuse_if_ambiguous(
+                func, name, rules.Plan(dict(plan[0]), plan[1], plan[2], plan[3]), located,
+                args, kwargs, mesh, explicit)
     if actions:
-        args, kwargs, moved = _prepared(func, args, kwargs, actions, grad)
+        args, kwargs, moved = operands.prepared(func, args, kwargs, actions, grad)
     else:  # no operand needs anything (the decision says so once per description)
         moved = False
-    out, direct = _compute(func, name, args, kwargs, mesh, grad)
+    out, direct = compute.compute(func, name, args, kwargs, mesh, grad)
     result = _finish(out, plan[1] if plan is not None else None, keep_partial)
     if (direct and key is not None and not moved and not rehomed and result is out
             and not _any_partial(out) and not (plan is not None and plan[3])
@@ -398,90 +403,9 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     return result
 
 
-def _prepared(func, args: tuple, kwargs: dict, actions: tuple,
-              grad: bool) -> tuple[tuple, dict, bool]:
-    """``(args, kwargs, moved)``: each DTensor operand as its ``Action``
-    says (a pending sum completed, redistributed, a leaf guarded); ``moved``
-    whether any operand changed (the call is then never clean). An operand
-    that ``func`` writes into is never completed (``pending.refuse_write``)."""
-    visits = [0]
-    moved = [False]
-
-    def prepare(loc, t: DTensor) -> DTensor:
-        complete, target, guard, kept = actions[visits[0]]
-        visits[0] += 1
-        if complete:
-            if loc == ("k", "out") or (loc == ("a", 0) and fallback._inplace_by_name(func)):
-                pending.refuse_write(fallback.op_name(func), t)
-            t = pending.complete(t)
-            moved[0] = True  # a pending operand: the call is never clean
-        out = t if target is None else redistribute.move(t, target, guard=guard)
-        if out is not t or kept:
-            moved[0] = True
-            if grad and out.requires_grad and not torch.compiler.is_compiling():
-                out = grad_guard.guard(out)
-        return out
-
-    prepared_args, prepared_kwargs = _map_dtensors(args, kwargs, prepare)
-    return prepared_args, prepared_kwargs, moved[0]
-
-
-def _compute(func, name: str, args: tuple, kwargs: dict, mesh, grad: bool) -> tuple[Any, bool]:
-    """``(out, direct)``: the op on its prepared operands -- each rank's
-    block (``local_ops``), the fallback where DTensor's strategy is wrong or
-    missing (``fallback.before_dtensor``), else DTensor itself (``direct``),
-    recovering where DTensor refuses (``fallback.recover``). Raises what the
-    op raises."""
-    if name in local_ops.LOCAL_REDUCTIONS:
-        out = local_ops.run_local_reduction(func, args, kwargs)
-        if isinstance(out, local_ops.OnWhole):  # each rank on the gathered operands
-            return fallback.run_replicated(func, args, kwargs, mesh, out.why), False
-        if out is not None:
-            return out, False
-    if fallback.before_dtensor(func, args, kwargs, grad):
-        # DTensor's strategy is wrong for some placements (fallback.KNOWN_WRONG),
-        # or it has none for the backward (fallback.BACKWARD_MISSING)
-        return fallback.run_replicated(func, args, kwargs, mesh,
-                                       "DTensor's strategy for it is wrong"), False
-    try:
-        return func(*args, **kwargs), True
-    except (NotImplementedError, RuntimeError) as err:
-        return fallback.recover(err, func, args, kwargs, mesh), False
-
-
 def _any_partial(out: Any) -> bool:
     leaves, _ = tree_flatten(out)
     return any(isinstance(t, DTensor) and S.has_partial(t) for t in leaves)
-
-
-def _map_dtensors(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
-    """``(args, kwargs)`` with ``fn(locator, t)`` for each DTensor ``t``
-    (one level into lists and tuples; locators as ``decision.operands``).
-    Index loops, not ``enumerate`` or generators: dynamo traces those
-    through its polyfills, several times the instructions, on every op."""
-    mapped_args = []
-    for i in range(len(args)):
-        mapped_args.append(_mapped(("a", i), args[i], fn))
-    mapped_kwargs = {}
-    for k in kwargs:
-        mapped_kwargs[k] = _mapped(("k", k), kwargs[k], fn)
-    return tuple(mapped_args), mapped_kwargs
-
-
-def _mapped(loc: tuple, value: Any, fn) -> Any:
-    if isinstance(value, DTensor):
-        return fn(loc, value)
-    if not isinstance(value, (list, tuple)):
-        return value
-    items, found = [], False
-    for j in range(len(value)):
-        item = value[j]
-        if isinstance(item, DTensor):
-            items.append(fn(loc + (j,), item))
-            found = True
-        else:
-            items.append(item)
-    return type(value)(items) if found else value
 
 
 def _finish(out: Any, outputs: Any, keep_partial: bool) -> Any:

@@ -15,50 +15,20 @@ placements (each rank clones its block; clone is linear); any other clone,
 and every clone outside a scope, is DTensor's own.
 
 ``mode`` installs the handler in DTensor's dispatcher at the first
-``jax_semantics()`` scope.
+``jax_semantics()`` scope (``dtensor_handlers``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor, Partial
 
-from parity.torch_impl.runtime.torch_compat import (
-    DTensorSpec,
-    return_and_correct_aliasing,
-    tree_unflatten,
-)
+from parity.torch_impl.runtime.torch_compat import DTensorSpec
+from parity.torch_impl.semantics.dtensor_handlers import DTensorCall, in_scope
 
-_CLONE = torch.ops.aten.clone.default
-
-
-def _handlers() -> dict:
-    return DTensor._op_dispatcher._custom_op_handlers
-
-
-def installed() -> bool:
-    """Whether DTensor's dispatcher sends ``aten.clone`` to this module."""
-    return _handlers().get(_CLONE) is clone_handler
-
-
-_active: list[Callable[[], bool]] = []  # whether this thread is inside jax_semantics()
-
-
-def install(active: Callable[[], bool]) -> None:
-    """Route DTensor's ``aten.clone`` through ``clone_handler``, which keeps
-    a pending sum pending only while ``active()`` (idempotent; a handler
-    someone else registered is left alone)."""
-    if not _active:
-        _active.append(active)
-    _handlers().setdefault(_CLONE, clone_handler)
-
-
-def uninstall() -> None:
-    if installed():
-        del _handlers()[_CLONE]
+CLONE = torch.ops.aten.clone.default
 
 
 def clone_handler(op_call: Any, args: tuple, kwargs: dict) -> object:
@@ -66,24 +36,14 @@ def clone_handler(op_call: Any, args: tuple, kwargs: dict) -> object:
     it asks for, the local clone), except that under ``jax_semantics()`` an
     input with a ``Partial`` placement is cloned block by block and keeps
     its placements."""
-    dispatcher = DTensor._op_dispatcher
-    op_info = dispatcher.unwrap_to_op_info(op_call, args, kwargs)
-    dispatcher.sharding_propagator.propagate(op_info)
-    sharding = op_info.output_sharding
+    call = DTensorCall(op_call, args, kwargs)
     source = args[0]
-    if (_active and _active[0]() and isinstance(source, DTensor)
-            and any(isinstance(p, Partial) for p in source.placements)):
+    if (isinstance(source, DTensor) and any(isinstance(p, Partial) for p in source.placements)
+            and in_scope()):
         # The global output's metadata (strides under memory_format) from
         # the propagation, the input's placements, each rank's own block.
         spec = DTensorSpec(source.device_mesh, source.placements,
-                           tensor_meta=sharding.output_spec.tensor_meta)
-        local = op_call(source._local_tensor, **op_info.local_kwargs)
-        return return_and_correct_aliasing(op_call, args, kwargs, dispatcher.wrap(local, spec))
-    if sharding.needs_redistribute:
-        dispatcher.redistribute_local_args(op_info, sharding.redistribute_schema,
-                                           sharding.use_val_from_redistribute_schema)
-    local_args = (tree_unflatten(list(op_info.local_args), op_info.args_tree_spec)
-                  if op_info.args_tree_spec else op_info.local_args)
-    local = op_call(*local_args, **op_info.local_kwargs)
-    return return_and_correct_aliasing(op_call, args, kwargs,
-                                       dispatcher.wrap(local, sharding.output_spec))
+                           tensor_meta=call.output_spec.tensor_meta)
+        return call.result(op_call(source._local_tensor, **call.local_kwargs), spec)
+    op, local_args = call.local_call()
+    return call.result(op(*local_args, **call.local_kwargs))

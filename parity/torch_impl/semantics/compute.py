@@ -1,0 +1,39 @@
+"""The op on its prepared operands (the mode's last step before its
+outputs): which way it runs.
+
+Each rank's block (``local_ops``: the reductions, indexing, tensordot,
+batch norm, vector @ matrix, attention DTensor cannot run as JAX does), the
+op on every rank's full copy where DTensor's strategy is wrong or missing
+(``fallback.before_dtensor``), else DTensor itself; where DTensor refuses,
+``fallback.recover`` by the kind of refusal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parity.torch_impl.semantics import fallback, local_ops
+
+
+def compute(func: Any, name: str, args: tuple, kwargs: dict, mesh: Any,
+            grad: bool) -> tuple[Any, bool]:
+    """``(out, direct)``: the op on its prepared operands -- each rank's
+    block (``local_ops``), the fallback where DTensor's strategy is wrong or
+    missing (``fallback.before_dtensor``), else DTensor itself (``direct``),
+    recovering where DTensor refuses (``fallback.recover``). Raises what the
+    op raises."""
+    if name in local_ops.LOCAL_REDUCTIONS:
+        out = local_ops.run_local_reduction(func, args, kwargs)
+        if isinstance(out, local_ops.OnWhole):  # each rank on the gathered operands
+            return fallback.run_replicated(func, args, kwargs, mesh, out.why), False
+        if out is not None:
+            return out, False
+    if fallback.before_dtensor(func, args, kwargs, grad):
+        # DTensor's strategy is wrong for some placements (fallback.KNOWN_WRONG),
+        # or it has none for the backward (fallback.BACKWARD_MISSING)
+        return fallback.run_replicated(func, args, kwargs, mesh,
+                                       "DTensor's strategy for it is wrong"), False
+    try:
+        return func(*args, **kwargs), True
+    except (NotImplementedError, RuntimeError) as err:
+        return fallback.recover(err, func, args, kwargs, mesh), False

@@ -1,7 +1,10 @@
 """Explicit axes under ``jax_semantics()``: where JAX's explicit mode
 refuses an op (``ShardingTypeError``: contracting dims sharded
 inconsistently or on both sides, conflicting elementwise operands, an axis
-on two dims), parity raises ``parity.ShardingTypeError`` naming the
+on two dims, ``where`` over differently sharded operands, indexing or
+gathering along a sharded dim, sorting or scanning along one, a reshape
+JAX cannot type, a slice, pad, split or roll whose pieces a sharded dim's
+shard count does not divide, tiling a sharded dim), parity raises ``parity.ShardingTypeError`` naming the
 operands' specs and the ``reshard`` that fixes it.
 
 The rules (``parity.sharding_rules``, checked against JAX) mark such a plan
@@ -106,13 +109,16 @@ def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict,
         return
     if not named <= explicit and not _chosen_on(explicit, func, args, kwargs, torch_mesh):
         return
-    fixes = [f"reshard({_name(loc)}, {_p(plan.inputs[loc])})"
+    # the reshards JAX needs: ``plan.fix`` where auto mode lays operands out otherwise
+    wanted = plan.inputs if plan.fix is None else plan.fix
+    fixes = [f"reshard({_name(loc)}, {_p(wanted[loc])})"
              for (loc, _), spec in zip(operands, specs)
-             if loc in plan.inputs and plan.inputs[loc] != spec]
+             if loc in wanted and wanted[loc] != spec]
     fix = "; ".join(fixes) if fixes else "reshard the operands to one consistent sharding"
     raise_error(
         ShardingTypeError,
-        f"{op}: on Explicit mesh axes the result's sharding is ambiguous for operands "
-        f"sharded as {', '.join(_p(s) for s in specs)} (JAX raises ShardingTypeError "
-        f"here). Fix: {fix}, or use a mesh with Auto axes.",
+        f"{op}: on Explicit mesh axes JAX's sharding rules give no result type for operands "
+        f"sharded as {', '.join(_p(s) for s in specs)} (the result's sharding is ambiguous, "
+        f"or the op needs a dim unsharded; JAX raises ShardingTypeError here). Fix: {fix}, "
+        f"or use a mesh with Auto axes.",
         op=op, specs=tuple(specs), fix=fix)

@@ -382,8 +382,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     # made outside dynamo's trace under torch.compile (see ``decision``)
     plan, actions, keep_partial = decision.decision_for(func, args, kwargs, mesh, defer, grad)
     if plan is not None and plan[3]:  # chosen: on Explicit axes JAX refuses it
-        explicit_check.refuse_if_explicit(func, name, rules.Plan(dict(plan[0]), plan[1], plan[2],
-                                                                 plan[3]), args, kwargs, mesh)
+        explicit_check.refuse_if_explicit(func, name, decision.plan_of(plan), args, kwargs, mesh)
     if actions:
         args, kwargs, moved = _prepared(args, kwargs, actions, grad)
     else:  # no operand needs anything (the decision says so once per description)

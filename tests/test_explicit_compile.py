@@ -103,3 +103,18 @@ def test_compiled_pad_is_laid_out_by_the_rule(sim8):
             assert str(ti.typeof(compiled)) == str(ti.typeof(eager))
             np.testing.assert_array_equal(ti.to_numpy(compiled), ti.to_numpy(eager))
         assert str(ti.typeof(compiled)) == "float32[10@data,16@model]"
+
+
+@pytest.mark.slow
+def test_compiled_op_on_a_mixed_mesh_is_laid_out_by_the_explicit_axes(sim8):
+    """``a + b`` sharded ``('data', None)`` and ``('model', None)`` with
+    ``data`` Auto and ``model`` Explicit: JAX types it by ``model`` alone
+    (``float32[8@model,16]``, ``tests/test_explicit_ops.py`` checks it
+    against JAX); compiled as eagerly."""
+    ti = sim8
+    add = _compile(lambda a, b: a + b)
+    with ti.set_mesh(_mesh(("auto", "explicit"))), ti.jax_semantics():
+        a, b = ti.device_put(X, P("data", None)), ti.device_put(X * 2, P("model", None))
+        eager, compiled = a + b, add(a, b)
+    assert str(ti.typeof(compiled)) == str(ti.typeof(eager)) == "float32[8@model,16]"
+    np.testing.assert_array_equal(ti.to_numpy(compiled), X * 3)

@@ -235,7 +235,10 @@ def test_op_on_explicit_axes_as_jax(sim8, name, specs):
 # Explicit axis alone; the Auto one is not part of the type.
 MIXED = [("where", "dm __"), ("sort0", "dm"), ("slice0", "dm"), ("roll0", "md"),
          ("index_select", "_m d"), ("reshape64", "_m"), ("pad0", "md"), ("tile", "d_"),
-         ("split_uneven", "d_"), ("matmul", "_m m_"), ("take_along1", "d_ __")]
+         ("split_uneven", "d_"), ("matmul", "_m m_"), ("take_along1", "d_ __"),
+         # conflicting on both axes: auto mode would keep the first operand's
+         # Auto axis; JAX's types hold the Explicit one
+         ("add", "d_ m_"), ("take_along1", "d_ m_"), ("where", "d_ m_"), ("concat0", "d_ m_")]
 
 
 @pytest.mark.parametrize("types", [("explicit", "auto"), ("auto", "explicit")])

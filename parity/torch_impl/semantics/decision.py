@@ -71,10 +71,18 @@ def decision_for(func: Any, args: tuple, kwargs: dict, mesh, defer: bool, grad: 
             found = _decided_or_none(func, described, mesh, defer, grad)
         if found is not None:
             return found
-    plan = _constants(rules.plan_for(func, args, kwargs, mesh))
+    return decision_with(rules.plan_for(func, args, kwargs, mesh), args, kwargs, mesh, defer,
+                         grad)
+
+
+def decision_with(plan: rules.Plan | None, args: tuple, kwargs: dict, mesh, defer: bool,
+                  grad: bool) -> tuple:
+    """``(plan, actions, keep_partial)`` for ``plan`` over this call's
+    operands, uncached (``decision_for`` without the rule; the Explicit
+    check's plan on a mixed mesh)."""
     facts = [(loc, tuple(t.placements), t.ndim, t.requires_grad, t.is_leaf)
              for loc, t in operands(args, kwargs)]
-    return _decide(plan, facts, mesh, defer, grad)
+    return _decide(_constants(plan), facts, mesh, defer, grad)
 
 
 def _constants(plan: rules.Plan | None) -> tuple | None:

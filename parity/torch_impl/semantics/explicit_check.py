@@ -14,7 +14,10 @@ today); when every mesh axis the operands name is Explicit, always (the
 rule then sees exactly JAX's types). When the operands name Auto axes too,
 JAX's types hold only the Explicit axes: the rule is asked again on
 stand-in operands sharded over those alone (same shapes and mesh, no
-data), and the op is refused when that plan is ``chosen``.
+data), and the op is refused when that plan is ``chosen``; otherwise that
+plan lays the op out (``a + b`` of ``P('data', None)`` and ``P('model',
+None)`` with ``data`` Auto is JAX's ``float32[8@model,8]``, where auto
+mode's choice over both axes would keep ``data``).
 
 Under ``torch.compile`` the check runs as traced code (the mesh's axis types
 and the operands' placements are constants there; a function traced on an
@@ -69,9 +72,9 @@ def _name(loc: tuple) -> str:
     return where + (f"[{loc[2]}]" if len(loc) > 2 else "")
 
 
-def _chosen_on(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> bool:
-    """Whether the rule marks the call ``chosen`` when each operand is
-    sharded over its ``explicit`` axes only (JAX's type of it)."""
+def _typed_plan(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> Any:
+    """The rule's plan of the call with each operand sharded over its
+    ``explicit`` axes only (JAX's type of it), or ``None`` (no rule)."""
     from parity.torch_impl.semantics import rules
     from parity.torch_impl.layouts.tensors import result_spec
 
@@ -86,29 +89,34 @@ def _chosen_on(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_m
         meta = result_spec(torch_mesh, spec, tuple(t.shape), t.dtype)
         return DTensor.__new__(DTensor, t._local_tensor, meta, requires_grad=False)
 
-    plan = rules.plan_for(func, tree_map(stand_in, args), tree_map(stand_in, kwargs), torch_mesh)
-    return plan is not None and plan.chosen
+    return rules.plan_for(func, tree_map(stand_in, args), tree_map(stand_in, kwargs), torch_mesh)
 
 
-def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> None:
+def refuse_if_explicit(func: Any, op: str, plan: Any, args: tuple, kwargs: dict,
+                       torch_mesh: Any) -> Any:
     """Raise ``ShardingTypeError`` for ``func`` (named ``op``) whose
-    ``chosen`` plan JAX's types refuse (see the module docstring); else
-    return. On an Auto mesh (no override running) nothing is looked up:
-    a compiled function traces no mesh lookup here."""
+    ``chosen`` plan JAX's types refuse (see the module docstring). Else
+    ``None``, or -- on a mixed mesh, where the operands' Explicit axes
+    alone are typed and JAX's rule answers -- that plan (``rules.Plan``):
+    JAX's types then lay the op out, not auto mode's choice over every
+    axis. On an Auto mesh (no override running) nothing is looked up: a
+    compiled function traces no mesh lookup here."""
     if axis_types_of(torch_mesh) is None and not axis_overrides.active():
-        return  # all Auto
+        return None  # all Auto
     mesh = meshes.to_parity_mesh(torch_mesh)
     explicit = {name for name, t in zip(mesh.axis_names, axis_overrides.effective_types(mesh))
                 if t == AxisType.Explicit}
     if not explicit:
-        return
+        return None
     operands = _operands(args, kwargs)
     specs = [spec_and_pending(t)[0] for _, t in operands]
     named = {n for spec in specs for names in spec for n in names}
     if not named & explicit:
-        return
-    if not named <= explicit and not _chosen_on(explicit, func, args, kwargs, torch_mesh):
-        return
+        return None
+    if not named <= explicit:
+        typed = _typed_plan(explicit, func, args, kwargs, torch_mesh)
+        if typed is None or not typed.chosen:
+            return typed
     # the reshards JAX needs: ``plan.fix`` where auto mode lays operands out otherwise
     wanted = plan.inputs if plan.fix is None else plan.fix
     fixes = [f"reshard({_name(loc)}, {_p(wanted[loc])})"

@@ -6,8 +6,9 @@ Each case runs one op on 8 simulated devices, on a (2, 4) mesh
 ``lax``) and in ``torch_impl`` under ``jax_semantics()`` (the torch call a
 user writes). Where JAX raises its ``ShardingTypeError`` parity must raise
 ``parity.ShardingTypeError`` naming the operands' specs and a ``reshard``
-(the one thing parity may answer differently: JAX's ``jnp.repeat`` refuses
-with a ``ValueError``); where JAX answers, ``str(typeof)`` and the values
+(the one thing parity may answer differently: JAX's ``jnp.repeat`` and
+``jnp.matmul`` of differently sharded batch dims refuse with a
+``ValueError``); where JAX answers, ``str(typeof)`` and the values
 must be equal. Nothing here is a hand-written expectation: the expected
 outcome is JAX's, computed in the test.
 
@@ -182,6 +183,11 @@ OPS: dict[str, tuple] = {
     "matmul": (lambda a, b: a @ b, lambda a, b: a @ b, "AB",
                ["dm dm", "d_ _m", "_m m_", "d_ __"]),
     "matvec": (lambda a, v: a @ v, lambda a, v: a @ v, "AV", ["d_ _", "_m m", "_m _"]),
+    "batch_matmul": (lambda s, t: s @ t, lambda s, t: s @ t, "TT",
+                     ["d__ d__", "d__ __", "__ d__", "d__ _dm"]),
+    "batch_einsum": (lambda s, t: jnp.einsum("bij,bjk->bik", s, t),
+                     lambda s, t: torch.einsum("bij,bjk->bik", s, t), "TT", ["d__ __", "d__ __m"]),
+    "matmul_3x2": (lambda s, a: s @ a, lambda s, a: s @ a, "TA", ["d__ __", "__m m_"]),
     "gram": (lambda a: a.T @ a, lambda a: a.T @ a, "A", ["d_", "_m"]),
     "outer": (jnp.outer, torch.outer, "VV", ["d d", "d m"]),
     "einsum_rowdot": (lambda a, b: jnp.einsum("ij,ij->i", a, b),
@@ -208,8 +214,9 @@ def _jax_outcome(name, specs, types=None):
             out = fn(*xs)
         except JaxShardingTypeError as err:
             return "refused", str(err)
-        except ValueError as err:  # jnp.repeat over a sharded dim: "pass out_sharding"
-            if "out_sharding" not in str(err):
+        except ValueError as err:  # jnp.repeat over a sharded dim: "pass out_sharding";
+            # jnp.matmul of batch dims sharded differently: "Incompatible types"
+            if "out_sharding" not in str(err) and "Incompatible types for matmul" not in str(err):
                 raise
             return "refused", str(err)
         return str(jax.typeof(out)), np.asarray(out)

@@ -65,7 +65,20 @@ def matmul(call: Call) -> Plan:
     if lettered is None:
         raise NotCovered  # a broadcast batch dim
     letters, out = lettered
-    return _plan(call, [(la, a), (lb, b)], letters, out)
+    plan = _plan(call, [(la, a), (lb, b)], letters, out)
+    # jnp.matmul wants a batch dim both operands have sharded alike, a
+    # replicated one too ("Incompatible types for matmul arguments", a
+    # ValueError), where dot_general would slice the replicated side
+    spec_a, spec_b = S.spec_of(a), S.spec_of(b)
+    batch_b = {l: d for d, l in enumerate(letters[1][:-2])}
+    unlike = [(batch_b[l], spec_a[d]) for d, l in enumerate(letters[0][:-2])
+              if l in batch_b and spec_a[d] != spec_b[batch_b[l]]]
+    if not unlike or plan.chosen:
+        return plan
+    fix = list(spec_b)
+    for d, names in unlike:
+        fix[d] = names
+    return dataclasses.replace(plan, chosen=True, fix={lb: tuple(fix)})
 
 
 @rule_for(*torch_ops("linear"))

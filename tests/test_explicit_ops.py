@@ -169,6 +169,8 @@ OPS: dict[str, tuple] = {
                  "A", ["dm", "md"]),
     "roll_flat": (lambda a: jnp.roll(a, 3), lambda a: torch.roll(a, 3), "A", ["d_", "__"]),
     "roll_flat8": (lambda a: jnp.roll(a, 8), lambda a: torch.roll(a, 8), "A", ["d_", "_m"]),
+    # a flat roll comes back with the spec of the reshape back: (data, model) on dim 0
+    "roll_flat16": (lambda a: jnp.roll(a, 16), lambda a: torch.roll(a, 16), "A", ["dm", "md"]),
     "flip0": (lambda a: jnp.flip(a, 0), lambda a: torch.flip(a, [0]), "A", ["dm"]),
     "tile": (lambda a: jnp.tile(a, (2, 1)), lambda a: torch.tile(a, (2, 1)), "A", ["d_", "_m"]),
     "tensor_repeat": (lambda a: jnp.tile(a, (1, 1, 2)), lambda a: a.repeat(1, 1, 2), "A",

@@ -42,8 +42,11 @@ def roll(spec: Spec, shape: Sequence[int], shifts: Sequence[int], dims: Sequence
     slices of sizes ``n - i`` and ``i`` (``i = -shift mod n``), which a
     sharded dim's shard count must divide. ``dims=None`` rolls the flattened
     array (``shifts`` has one entry): the reshape to one dim and back must
-    be one JAX types, and the flat dim's shard count must divide ``i``.
-    The rolled dims are gathered before the op; the output keeps ``spec``."""
+    be one JAX types (the output has the spec of the reshape back: ``(8,
+    2)`` over ``('model',), ('data',)`` comes back ``('model', 'data'),
+    ()``), and the flat dim's shard count must divide ``i``. The rolled
+    dims are gathered before the op; along given dims the output keeps
+    ``spec``."""
     if dims is None:
         numel = 1
         for s in shape:
@@ -52,7 +55,7 @@ def roll(spec: Spec, shape: Sequence[int], shifts: Sequence[int], dims: Sequence
         back = None if flat is None else reshape_spec((numel,), flat, shape, sizes)
         i = (-shifts[0]) % numel if numel else 0
         chosen = flat is None or back is None or pieces_refused(flat[0], (numel - i, i), sizes)
-        return ((),) * len(spec), spec, chosen
+        return ((),) * len(spec), spec if chosen else back, chosen
     chosen = False
     for d, s in zip(dims, shifts):
         n = shape[d]

@@ -106,7 +106,7 @@ def sorting(call: Call) -> Plan:
     elif call.name == "topk":
         dim = call.arg(2, "dim", default=-1)
     else:
-        dim = call.kwargs.get("dim", call.args[1] if len(call.args) > 1 else -1)
+        dim = call.arg(1, "dim", default=-1)
     if not _int(dim) or x.ndim == 0:
         raise NotCovered  # a 0-d sort, or a named dim
     target, chosen = R.sort_along(S.spec_of(x), dim % x.ndim)

@@ -144,12 +144,13 @@ def split(call: Call) -> Plan:
     if not _int(dim):
         raise NotCovered
     dim %= x.ndim
-    before, piece = R.split(spec, dim)
-    pieces = [shape[dim] for shape in _meta_shapes(call)]
+    before, _ = R.split(spec, dim)
     # each piece keeps the operand's spec, fitted to its shape (JAX's split
     # keeps it where the shard count divides every piece, else refuses)
+    chosen = bool(spec[dim]) and R.pieces_refused(
+        spec[dim], [shape[dim] for shape in _meta_shapes(call)], sizes)
     return Plan({loc: before}, lambda outs: [R.fit_to_shape(spec, o.shape, sizes) for o in outs],
-                chosen=R.pieces_refused(spec[dim], pieces, sizes))
+                chosen=chosen)
 
 
 

@@ -76,3 +76,40 @@ def to_layout(spec_or_layout: object, ndim: int, what: str) -> TensorLayout:
         f"{what}: expected a parity.P(...) or a parity.TensorLayout, got "
         f"{type(spec_or_layout).__name__}: {spec_or_layout!r}.",
         what=what, value=spec_or_layout)
+
+
+def resolve(layout: object, ndim: int, what: str) -> object:
+    """``layout`` with a ``parity.P`` resolved on the ambient mesh for an
+    array of rank ``ndim`` (``to_layout``); anything else as given (the
+    caller checks it). Raises ``LayoutError`` for a ``P`` with no ambient
+    mesh, too many entries or an axis the mesh lacks, and for a ``P`` with
+    ``unreduced=`` (a layout holds no pending sum: ``device_put`` and
+    ``reshard`` make unreduced values)."""
+    if not isinstance(layout, PartitionSpec):
+        return layout
+    if layout.unreduced:
+        raise LayoutError(
+            f"{what}: {layout!r} is an unreduced type, not a layout. Fix: "
+            "backend.device_put(x, P(..., unreduced=...)) or backend.reshard.",
+            what=what, value=layout)
+    return to_layout(layout, ndim, what)
+
+
+def mesh_for_spec(spec: PartitionSpec, own: DeviceMesh | None, what: str) -> DeviceMesh:
+    """The mesh a ``P`` given where the layout's rank is not known resolves
+    on: the ambient mesh, else ``own`` (the mesh of the map it goes into).
+    Raises ``LayoutError`` when there is neither, or when both are set and
+    differ."""
+    ambient = get_mesh()
+    if ambient is not None and own is not None and ambient != own:
+        raise LayoutError(
+            f"{what}: {spec!r} would resolve on the ambient mesh {ambient} but the map is "
+            f"on {own}. Fix: set the value outside that set_mesh block, or use the map's mesh.",
+            what=what, value=spec)
+    mesh = ambient if ambient is not None else own
+    if mesh is None:
+        raise LayoutError(
+            f"{what}: {spec!r} needs an ambient mesh. Fix: run inside "
+            "`with backend.set_mesh(mesh):`, or give the map a device_mesh.",
+            what=what, value=spec)
+    return mesh

@@ -12,9 +12,11 @@ import collections.abc
 import re
 from collections.abc import Iterator
 
+from parity import ambient
 from parity.errors import LayoutError
 from parity.layout import TensorLayout
 from parity.mesh import DeviceMesh
+from parity.partition_spec import PartitionSpec
 
 
 def _dotted(path: str) -> str:
@@ -37,10 +39,17 @@ class LayoutMap(collections.abc.MutableMapping):
     layout_map["dense.*kernel"] = (None, "model")
     layout_map["dense/bias"] = ("model",)
     layout_map["dense_1.kernel"]  # TensorLayout((None, 'model'), mesh)
+    layout_map["embed.*"] = parity.P("model", None)  # on the ambient mesh, else the map's
     ```
 
-    Raises ``LayoutError`` when a key is set twice, a value is not a layout
-    or tuple, or a path matches more than one key.
+    A ``parity.P`` value is a layout of its entries, one per dim (as a
+    tuple's: a map's value names every dim of the variable), on the
+    ambient mesh (``set_mesh``), else the map's mesh.
+
+    Raises ``LayoutError`` when a key is set twice, a value is not a layout,
+    tuple or ``P``, a ``P`` has no mesh to resolve on (no ambient mesh and
+    none given to the map), lands on an ambient mesh other than the map's,
+    or is unreduced, or a path matches more than one key.
     """
 
     def __init__(self, device_mesh: DeviceMesh | None = None) -> None:
@@ -83,12 +92,16 @@ class LayoutMap(collections.abc.MutableMapping):
                 "keys.",
                 what="key", value=key,
             )
+        if isinstance(layout, PartitionSpec):
+            what = f"LayoutMap[{key!r}]"
+            with ambient.set_mesh(ambient.mesh_for_spec(layout, self._device_mesh, what)):
+                layout = ambient.resolve(layout, len(layout), what)
         if isinstance(layout, (tuple, list)):
             layout = TensorLayout(tuple(layout))
         if not isinstance(layout, TensorLayout):
             raise LayoutError(
-                f"{layout!r} should be a TensorLayout or a tuple of axis entries.",
-                what="layout", value=layout,
+                f"{layout!r} should be a TensorLayout, a tuple of axis entries or a "
+                "parity.P.", what="layout", value=layout,
             )
         if layout.device_mesh is None and self._device_mesh is not None:
             layout = layout.with_mesh(self._device_mesh)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -152,11 +153,19 @@ def test_parity_ops_prints_expressions_with_brackets_intact(capsys):
 
 LAX = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
        "all_to_all", "axis_index")
+VARIANTS = ("where", "mul_broadcast", "sum", "softmax", "layer_norm", "reshape", "transpose",
+            "expand_dims", "concatenate", "stack", "slice", "narrow", "index",
+            "take_along_axis", "cumsum", "sort", "pad", "roll", "flip", "tile", "split",
+            "batch_matmul")
 
 
 def test_the_explicit_family_is_small_and_covers_each_lax_collective(cases):
     explicit = [c for c in cases if OPS[c.op].group == "explicit"]
-    assert len(explicit) == 60  # 48, and 12 on unreduced values (P(unreduced=))
+    # 48, 12 on unreduced values (P(unreduced=)), and 39 Explicit variants of
+    # other ops (a layout JAX types and, for most, one it refuses)
+    assert len(explicit) == 99
+    reports = (Path(__file__).resolve().parents[1] / "docs" / "reports.md").read_text()
+    assert f"`conformance/catalogue/explicit.py`, {len(explicit)} cases" in reports
     assert all(c.mesh_tag == "2x4" and c.axis_types == ("explicit", "explicit")
                for c in explicit)
     assert all(c.axis_types is None for c in cases if OPS[c.op].group != "explicit")
@@ -166,9 +175,13 @@ def test_the_explicit_family_is_small_and_covers_each_lax_collective(cases):
         "explicit_with_sharding_constraint", "explicit_matmul_out_sharding",
         "explicit_einsum_out_sharding", "explicit_dot_out_sharding", "explicit_unreduced_matmul",
         "explicit_unreduced_add", "explicit_unreduced_sum", "explicit_unreduced_refused",
-        "explicit_unreduced_meets_reduced"} == ops
+        "explicit_unreduced_meets_reduced"} | {f"explicit_{name}" for name in VARIANTS} == ops
     graded = {c.op for c in explicit if c.grad}
-    # JAX defines no gradient for pmax / pmin.
-    assert graded == ops - {"shard_map_pmax", "shard_map_pmin"}
+    # JAX defines no gradient for pmax / pmin; an index input has none; JAX
+    # 0.10.2's sort JVP refuses a sharded operand.
+    assert graded == ops - {"shard_map_pmax", "shard_map_pmin", "explicit_index",
+                            "explicit_take_along_axis", "explicit_sort"}
+    # each variant with a refused layout: both sides' ShardingTypeError
+    assert sum(len(OPS[f"explicit_{name}"].fixed) > 1 for name in VARIANTS) == 16
     assert "B.lax.psum(x, 'model')" in OPS["shard_map_psum"].jax
 

@@ -52,7 +52,8 @@ def from_operands(func, args, kwargs, mesh, defer, grad):
     for a call no description covers)."""
     plan = rules.plan_for(func, args, kwargs, mesh)
     if plan is not None:
-        plan = (tuple(plan.inputs.items()), plan.outputs, plan.linear, plan.chosen)
+        fix = None if plan.fix is None else tuple(plan.fix.items())
+        plan = (tuple(plan.inputs.items()), plan.outputs, plan.linear, plan.chosen, fix)
     facts = [(loc, tuple(t.placements), t.ndim, t.requires_grad, t.is_leaf)
              for loc, t in decision.operands(args, kwargs)]
     return decision._decide(plan, facts, mesh, defer, grad)

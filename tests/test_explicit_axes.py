@@ -96,6 +96,52 @@ def test_set_mesh_is_per_thread_and_nests():
         parity.ambient.to_layout(P("x"), 1, "reshard")
 
 
+def test_layout_map_takes_p_on_the_ambient_or_its_own_mesh():
+    devices = [f"cpu:{i}" for i in range(8)]
+    mesh = parity.make_mesh((2, 4), ("data", "model"), devices=devices)
+    other = parity.make_mesh((8,), ("x",), devices=devices)
+    own = parity.LayoutMap(mesh)
+    own["dense.*kernel"] = P(None, "model")
+    assert own["dense_1/kernel"] == parity.TensorLayout((None, "model"), mesh)
+    bare = parity.LayoutMap()
+    with pytest.raises(parity.LayoutError, match=r"LayoutMap\['bias'\]: P\('data'\) needs an "
+                                                 "ambient mesh"):
+        bare["bias"] = P("data")
+    with parity.ambient.set_mesh(mesh):
+        bare["bias"] = P("data")
+        with pytest.raises(parity.LayoutError, match="unreduced"):
+            bare["sum"] = P("data", unreduced={"model"})
+    assert bare["bias"] == parity.TensorLayout(("data",), mesh)
+    with parity.ambient.set_mesh(other), pytest.raises(parity.LayoutError, match="the map is on"):
+        own["other"] = P("x")
+
+
+def test_distribute_takes_p_on_the_ambient_mesh_on_both_backends(sim8):
+    """``distribute_tensor`` / ``distribute_variable`` with a ``P``: the
+    layout it names on the ambient mesh, on both backends alike; without an
+    ambient mesh a ``LayoutError`` that says so."""
+    found = {}
+    for name, backend, mesh in (("jax", jax_ref, jax_mesh()), ("torch", ti, torch_mesh())):
+        with pytest.raises(parity.LayoutError, match=r"distribute_tensor: P\('data'\) needs an "
+                                                     "ambient mesh"):
+            backend.distribute_tensor(DATA, P("data"))
+        with backend.set_mesh(mesh):
+            x = backend.distribute_tensor(DATA, P("data"))
+            v = backend.distribute_variable(DATA, P(None, "model"))
+            with pytest.raises(parity.LayoutError, match="rank 2"):
+                backend.distribute_tensor(DATA, P("data", None, None))
+            with pytest.raises(parity.LayoutError, match="unreduced"):
+                backend.distribute_tensor(DATA, P("data", unreduced={"model"}))
+        assert backend.describe(x) == backend.describe(
+            backend.distribute_tensor(DATA, parity.TensorLayout(("data", None), mesh)))
+        found[name] = (backend.describe(x), backend.describe(v), backend.to_numpy(v))
+    assert found["jax"][:2] == found["torch"][:2]
+    assert found["torch"][1].spec == ((), ("model",))
+    np.testing.assert_array_equal(found["jax"][2], found["torch"][2])
+    with ti.set_mesh(torch_mesh()):
+        assert isinstance(ti.distribute_variable(DATA, P("data")), torch.nn.Parameter)
+
+
 # ---------------------------------------------------------------- typeof, reshard
 
 SPECS = [P("data", "model"), P("model", None), P(("data", "model"), None), P(None, "data"), P()]

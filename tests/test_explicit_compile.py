@@ -3,7 +3,8 @@ simulated ranks: a ``shard_map`` body with ``lax`` collectives compiles and
 gives the eager values and gradients; an Explicit-axes refusal is still
 ``parity.ShardingTypeError`` (carried out of dynamo as its cause); and a
 function traced on an Explicit mesh is recompiled, not reused, for an Auto
-mesh of the same devices (the mesh's axis types are guarded on)."""
+mesh of the same devices (the mesh's axis types are guarded on); ``F.pad``
+is laid out by parity's rule when compiled as when eager."""
 
 from __future__ import annotations
 
@@ -85,3 +86,35 @@ def test_explicit_refusal_and_mesh_types_under_compile(sim8):
         a, b = ti.device_put(X, P(None, "model")), ti.device_put(W, P("model", None))
         out = matmul(a, b)
     np.testing.assert_allclose(ti.to_numpy(out), X @ W, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_pad_is_laid_out_by_the_rule(sim8):
+    """``F.pad`` compiled (aot_eager) on Explicit axes: the type JAX gives
+    ``jnp.pad`` (the padded dim keeps its sharding where its shard count
+    divides the new size), as eagerly; without ``_install_pad_dispatch``
+    DTensor's own strategy laid it out ``(None, 'model')``."""
+    ti = sim8
+    pad = _compile(lambda a: torch.nn.functional.pad(a, (0, 0, 1, 1)))
+    with ti.set_mesh(_mesh()), ti.jax_semantics():
+        for spec in (P("data", None), P("data", "model")):
+            x = ti.device_put(X, spec)
+            eager, compiled = torch.nn.functional.pad(x, (0, 0, 1, 1)), pad(x)
+            assert str(ti.typeof(compiled)) == str(ti.typeof(eager))
+            np.testing.assert_array_equal(ti.to_numpy(compiled), ti.to_numpy(eager))
+        assert str(ti.typeof(compiled)) == "float32[10@data,16@model]"
+
+
+@pytest.mark.slow
+def test_compiled_op_on_a_mixed_mesh_is_laid_out_by_the_explicit_axes(sim8):
+    """``a + b`` sharded ``('data', None)`` and ``('model', None)`` with
+    ``data`` Auto and ``model`` Explicit: JAX types it by ``model`` alone
+    (``float32[8@model,16]``, ``tests/test_explicit_ops.py`` checks it
+    against JAX); compiled as eagerly."""
+    ti = sim8
+    add = _compile(lambda a, b: a + b)
+    with ti.set_mesh(_mesh(("auto", "explicit"))), ti.jax_semantics():
+        a, b = ti.device_put(X, P("data", None)), ti.device_put(X * 2, P("model", None))
+        eager, compiled = a + b, add(a, b)
+    assert str(ti.typeof(compiled)) == str(ti.typeof(eager)) == "float32[8@model,16]"
+    np.testing.assert_array_equal(ti.to_numpy(compiled), X * 3)

@@ -48,6 +48,14 @@ def jax_spec(fn, *operands):
     return jax_spec_of(out.sharding.spec, len(out.shape))
 
 
+def assert_as_jax(ours, chosen: bool, theirs) -> None:
+    """JAX refuses (``theirs`` is ``None``) exactly where the algebra says
+    ``chosen``; elsewhere the algebra's spec is JAX's."""
+    assert chosen == (theirs is None), (ours, theirs)
+    if theirs is not None:
+        assert ours == theirs
+
+
 @st.composite
 def shapes(draw, min_rank=1, max_rank=3):
     return tuple(draw(st.lists(st.sampled_from([1, 2, 4, 8, 16]), min_size=min_rank,
@@ -236,25 +244,162 @@ def test_stack_matches_jax(data):
                                       (shape, spec)), False)
 
 
-@SETTINGS
+def jax_eager_spec(fn, shape, spec):
+    """JAX's output spec of ``fn`` on a concrete array of ``shape`` laid
+    out as ``spec`` (run eagerly), or ``None`` where explicit mode refuses
+    it. JAX 0.10.2 indexes a concrete sharded array through a gather (its
+    static-slice path refuses sharded arrays); under ``jit`` (``jax_spec``)
+    the same index is a ``lax.slice``, typed by the varying-shape rule."""
+    pspec = PartitionSpec(*[names if names else None for names in spec])
+    with jax.set_mesh(MESH):
+        x = jax.device_put(jnp.zeros(shape), NamedSharding(MESH, pspec))
+        try:
+            out = fn(x)
+        except _Refused:
+            return None
+    return jax_spec_of(out.sharding.spec, len(out.shape))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
-def test_slicing_matches_jax_where_jax_answers(data):
+def test_basic_indexing_matches_eager_jax_or_says_chosen(data):
     shape, spec = data.draw(operand())
     items = tuple(
-        data.draw(st.sampled_from([slice(None), slice(0, max(1, s // 2)), slice(1, None)]))
+        data.draw(st.sampled_from([slice(None), slice(0, max(1, s // 2)), slice(1, None),
+                                   slice(0, s), 0, None]))
         for s in shape
     )
-    before, out = R.index(spec, items)
-    theirs = jax_spec(lambda a: a[items], (shape, spec))
-    if theirs is not None:
+    before, out, chosen = R.index(spec, items, shape)
+    theirs = jax_eager_spec(lambda a: a[items], shape, spec)
+    if theirs is None:
+        assert chosen
+    else:
         out_shape = jax.eval_shape(lambda a: a[items], jnp.zeros(shape)).shape
-        assert R.fit_to_shape(out, out_shape, SIZES) == theirs
-    assert all(not before[d] for d, i in enumerate(items) if i != slice(None))
+        assert (R.fit_to_shape(out, out_shape, SIZES), chosen) == (theirs, False)
+    dims = [i for i in items if i is not None]
+    assert all(not before[d] for d, i in enumerate(dims)
+               if i != slice(None) and i != slice(0, shape[d]))
 
 
 def test_index_refuses_advanced_indexing():
-    assert R.index((("data",),), ([0, 1],)) is None
-    assert R.index((("data",),), (0, 0)) is None
+    assert R.index((("data",),), ([0, 1],), (8,)) is None
+    assert R.index((("data",),), (0, 0), (8,)) is None
+
+
+def test_advanced_dims_follow_numpy():
+    rank = lambda i: 2 if i == "mask2" else 1  # noqa: E731
+    assert R.advanced_dims(("idx",), 3, rank) == [0]
+    assert R.advanced_dims((slice(None), "idx"), 3, rank) == [1]
+    assert R.advanced_dims((Ellipsis, "idx"), 3, rank) == [2]
+    assert R.advanced_dims((None, "mask2"), 3, rank) == [0, 1]
+    assert R.advanced_dims(("idx", "idx", "idx", "idx"), 3, rank) is None
+
+
+@SETTINGS
+@given(st.data())
+def test_sorting_and_scans_match_jax_or_say_chosen(data):
+    shape, spec = data.draw(operand())
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    fn = data.draw(st.sampled_from([lambda a: jnp.sort(a, axis=dim),
+                                    lambda a: jnp.cumsum(a, axis=dim)]))
+    before, chosen = R.sort_along(spec, dim)
+    assert_as_jax(before, chosen, jax_spec(fn, (shape, spec)))
+
+
+@SETTINGS
+@given(st.data())
+def test_where_matches_jax_or_says_chosen(data):
+    shape, a_spec = data.draw(operand())
+    b_shape = data.draw(st.sampled_from([shape, _broadcastable(data.draw, shape)]))
+    b_spec = data.draw(specs_for(b_shape))
+    c_spec = data.draw(st.sampled_from([a_spec, data.draw(specs_for(shape))]))
+    operands = [(c_spec, shape), (a_spec, shape), (b_spec, b_shape)]
+    out_shape = R.broadcast_shape([shape, b_shape])
+    ours, chosen = R.select(operands, out_shape, SIZES)
+    theirs = jax_spec(lambda c, a, b: jnp.where(c > 0, a, b), *[(sh, sp) for sp, sh in operands])
+    if theirs is None:
+        assert chosen
+    else:
+        assert (ours, chosen) == (theirs, False)
+
+
+@SETTINGS
+@given(st.data())
+def test_slices_pads_and_splits_match_jax_or_say_chosen(data):
+    shape, spec = data.draw(operand())
+    d = data.draw(st.integers(0, len(shape) - 1))
+    n = shape[d]
+    kind = data.draw(st.sampled_from(["slice", "pad", "split"]))
+    if kind == "slice":
+        lo = data.draw(st.integers(0, n - 1))
+        hi = data.draw(st.integers(lo + 1, n))
+        fn, pieces = (lambda a: jax.lax.slice_in_dim(a, lo, hi, axis=d)), [hi - lo]
+    elif kind == "pad":
+        lo, hi = data.draw(st.integers(0, 4)), data.draw(st.integers(0, 4))
+        widths = [(0, 0)] * len(shape)
+        widths[d] = (lo, hi)
+        fn, pieces = (lambda a: jnp.pad(a, widths)), [n + lo + hi]
+    else:
+        cut = data.draw(st.integers(1, n)) if n > 1 else 1
+        fn, pieces = (lambda a: jnp.split(a, [cut], axis=d)[0]), [cut, n - cut]
+    out_shape = list(shape)
+    out_shape[d] = pieces[0]
+    refused = (R.varying_refused(spec, shape, out_shape, SIZES)
+               or R.pieces_refused(spec[d], pieces, SIZES))
+    theirs = jax_spec(fn, (shape, spec))
+    assert refused == (theirs is None)
+    if theirs is not None:
+        assert theirs == spec
+
+
+@SETTINGS
+@given(st.data())
+def test_roll_matches_jax_or_says_chosen(data):
+    shape, spec = data.draw(operand())
+    shift = data.draw(st.integers(-9, 9))
+    dims = data.draw(st.sampled_from([None, [data.draw(st.integers(0, len(shape) - 1))]]))
+    _, out, chosen = R.roll(spec, shape, [shift], dims, SIZES)
+    theirs = jax_spec(lambda a: jnp.roll(a, shift, None if dims is None else dims[0]),
+                      (shape, spec))
+    assert_as_jax(out, chosen, theirs)
+
+
+@SETTINGS
+@given(st.data())
+def test_tile_matches_jax_or_says_chosen(data):
+    shape, spec = data.draw(operand())
+    reps = tuple(data.draw(st.lists(st.sampled_from([1, 2]), min_size=1, max_size=4)))
+    _, out, chosen = R.tile(spec, reps)
+    theirs = jax_spec(lambda a: jnp.tile(a, reps), (shape, spec))
+    assert_as_jax(out, chosen, theirs)
+
+
+@SETTINGS
+@given(st.data())
+def test_diagonal_and_take_match_jax_or_say_chosen(data):
+    shape, spec = data.draw(operand(2, 3))
+    d1, d2 = data.draw(st.permutations(range(len(shape))))[:2]
+    _, out, chosen = R.diagonal(spec, d1, d2)
+    if shape[d1] == shape[d2]:
+        theirs = jax_spec(lambda a: jnp.diagonal(a, axis1=d1, axis2=d2), (shape, spec))
+        assert_as_jax(out, chosen, theirs)
+    index_shape = (8,)
+    index_spec = data.draw(specs_for(index_shape))
+    theirs = jax_spec(lambda a, i: jnp.take(a, i.astype(jnp.int32), axis=d1),
+                      (shape, spec), (index_shape, index_spec))
+    assert R.take_refused(spec, [d1], [index_spec]) == (theirs is None)
+
+
+@SETTINGS
+@given(st.data())
+def test_take_along_matches_jax_or_says_chosen(data):
+    shape, spec = data.draw(operand(1, 3))
+    index_spec = data.draw(specs_for(shape))
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    _, out, chosen = R.take_along(spec, index_spec, dim)
+    theirs = jax_spec(lambda a, i: jnp.take_along_axis(a, i.astype(jnp.int32), dim),
+                      (shape, spec), (shape, index_spec))
+    assert_as_jax(out, chosen, theirs)
 
 
 def test_pad_dims_count_from_the_last_dim():

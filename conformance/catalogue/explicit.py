@@ -14,10 +14,13 @@ run on the ``2x4`` mesh (``("data", "model")``, both axes Explicit).
 
 from __future__ import annotations
 
-from conformance.catalogue.entry import F32, Op, ShapeSet
+from conformance.catalogue.entry import F32, Arg, Op, ShapeSet
 
 # Layout combinations (per input; case-file layout lists).
 DM, MR, RM, DR, RR = ("data", "model"), ("model", None), (None, "model"), ("data", None), (None, None)
+FR = (["data", "model"], None)  # dim 0 over both axes (8 shards)
+R, D, M = (None,), ("data",), ("model",)
+IDX8, IDX16 = Arg("int32", "index:8"), Arg("int32", "index:16")
 IN = "P('data', 'model')"
 UM = "P('data', None, unreduced={'model'})"
 
@@ -46,6 +49,7 @@ def _explicit() -> list[Op]:
        ((DM, DM), (DR, DR), (DR, RR), (DR, RM), (DM, RM), (MR, DR)),
        doc="a + b on Explicit axes: equal types, a replicated dim meets a sharded one, "
            "or two different shardings of one dim (ShardingTypeError)")
+    _explicit_variants(op)
     # out_sharding= (JAX 0.10.2's keyword on jnp.matmul / dot / einsum): the
     # contraction a bare op refuses (contracting dim sharded on both sides)
     # runs, and the result's type is kwargs.target.
@@ -121,6 +125,83 @@ def _explicit() -> list[Op]:
            doc=f"shard_map over P('data', 'model') whose body is {body}"
                + ("" if grad else " (JAX defines no gradient)"))
     return ops
+
+
+def _explicit_variants(op) -> None:
+    """Explicit variants of the catalogue's other ops, each with a layout
+    JAX types and one it refuses (JAX 0.10.2, eager: ``tests/test_explicit_ops.py``
+    checks a broader table against JAX itself)."""
+    op("explicit_where", "jnp.where(a > 0, a, b)", (F32, F32), ((8, 16), (8, 16)),
+       ((DM, DM), (DM, RR)), torch="torch.where(a > 0, a, b)",
+       doc="where(a > 0, a, b): lax.select wants one sharding for operands of one shape")
+    op("explicit_mul_broadcast", "a * b", (F32, F32), ((8, 16), (16,)), ((DM, M), (DM, D)),
+       doc="a * b, b broadcast along dim 0: its dim must be sharded as a's dim 1")
+    op("explicit_sum", "jnp.sum(a, axis=1)", (F32,), ((8, 16),), ((DM,), (MR,)),
+       tol="reduction", torch="torch.sum(a, dim=1)",
+       doc="sum over a sharded dim: the reduced dim's axes leave the type")
+    op("explicit_softmax", "jax.nn.softmax(a, axis=1)", (F32,), ((8, 16),), ((DM,),),
+       tol="transcendental", torch="torch.softmax(a, dim=1)",
+       doc="softmax over a sharded dim keeps the operand's type")
+    op("explicit_layer_norm",
+       "(a - a.mean(-1, keepdims=True)) / jnp.sqrt(a.var(-1, keepdims=True) + 1e-5)",
+       (F32,), ((8, 16),), ((DM,),), tol="reduction", torch="F.layer_norm(a, (16,))",
+       doc="layer norm over a sharded dim keeps the operand's type")
+    op("explicit_reshape", "jnp.reshape(a, (128,))", (F32,), ((8, 16),), ((DR,), (RM,)),
+       tol="exact", torch="torch.reshape(a, (128,))",
+       doc="a merge keeps a sharded major dim; a sharded minor dim is refused")
+    op("explicit_transpose", "a.T", (F32,), ((8, 16),), ((DM,),), tol="exact",
+       doc="a.T permutes the type")
+    op("explicit_expand_dims", "jnp.expand_dims(a, 0)", (F32,), ((8, 16),), ((DM,),),
+       tol="exact", torch="torch.unsqueeze(a, 0)", doc="a new dim is replicated")
+    op("explicit_concatenate", "jnp.concatenate([a, b], axis=0)", (F32, F32),
+       ((8, 16), (8, 16)), ((DM, DM), (DM, DR)), tol="exact",
+       torch="torch.cat([a, b], dim=0)",
+       doc="concatenate keeps the operands' one type; two types are refused")
+    op("explicit_stack", "jnp.stack([a, b])", (F32, F32), ((8, 16), (8, 16)),
+       ((DR, DR), (DR, RM)), tol="exact", torch="torch.stack([a, b])",
+       doc="stack: a new replicated dim before the operands' one type")
+    op("explicit_slice", "a[1:5]", (F32,), ((8, 16),), ((RM,), (DR,)), tol="exact",
+       doc="basic indexing (a gather in eager JAX): a sharded indexed dim is refused")
+    op("explicit_narrow", "lax.slice_in_dim(a, 2, 6, axis=0)", (F32,), ((8, 16),),
+       ((DR,), (FR,)), tol="exact", torch="torch.narrow(a, 0, 2, 4)",
+       doc="lax.slice keeps a sharded dim whose shard count divides the slice")
+    op("explicit_index", "a[b]", (F32, IDX8), ((8, 16), (8,)), ((RM, R), (DR, R)),
+       tol="exact", torch="a[b.long()]", grad=False,
+       doc="advanced indexing along a sharded dim is refused")
+    op("explicit_take_along_axis", "jnp.take_along_axis(a, b, axis=1)", (F32, IDX16),
+       ((8, 16), (8, 16)), ((DR, DR), (RM, RR)), tol="exact", grad=False,
+       torch="torch.gather(a, 1, b.long())",
+       doc="take_along_axis: the gathered dim unsharded in both, the other dims alike")
+    op("explicit_cumsum", "jnp.cumsum(a, axis=1)", (F32,), ((8, 16),), ((DR,), (RM,)),
+       tol="reduction", torch="torch.cumsum(a, dim=1)",
+       doc="a scan along a sharded dim is refused")
+    # No gradient: JAX 0.10.2's sort JVP sorts an iota with the operand and
+    # refuses their different types ("Arguments to sort must have equal
+    # shardings") even along an unsharded dim; parity's gradient runs.
+    op("explicit_sort", "jnp.sort(a, axis=1)", (F32,), ((8, 16),), ((DR,), (DM,)),
+       tol="exact", torch="torch.sort(a, dim=1).values", grad=False,
+       doc="sorting along a sharded dim is refused (no gradient: JAX 0.10.2's sort JVP "
+           "refuses a sharded operand)")
+    op("explicit_pad", "jnp.pad(a, ((1, 1), (0, 0)))", (F32,), ((8, 16),), ((DR,), (MR,)),
+       tol="exact", torch="F.pad(a, (0, 0, 1, 1))",
+       doc="a pad keeps a sharded dim whose shard count divides the new size")
+    op("explicit_roll", "jnp.roll(a, shift, 1)", (F32,), ((8, 16),), ((RM,),), tol="exact",
+       variants=({"shift": 4}, {"shift": 2}), torch="torch.roll(a, shift, 1)",
+       doc="roll joins two slices: a sharded dim keeps its type where its shard count "
+           "divides both (kwargs.shift)")
+    op("explicit_flip", "jnp.flip(a, 0)", (F32,), ((8, 16),), ((DM,),), tol="exact",
+       torch="torch.flip(a, [0])", doc="flip keeps the operand's type")
+    op("explicit_tile", "jnp.tile(a, (1, 2))", (F32,), ((8, 16),), ((DR,), (RM,)),
+       tol="exact", torch="torch.tile(a, (1, 2))",
+       doc="tiling a sharded dim is refused")
+    op("explicit_split", "tuple(jnp.split(a, 2, axis=0))", (F32,), ((8, 16),), ((DM,), (FR,)),
+       tol="exact", torch="tuple(torch.split(a, 4, dim=0))",
+       doc="split keeps a sharded dim whose shard count divides the pieces")
+    op("explicit_batch_matmul", "a @ b", (F32, F32), ((4, 8, 16), (4, 16, 8)),
+       ((("data", None, None), ("data", None, "model")),
+        (("data", None, "model"), ("data", "model", None))), tol="matmul",
+       doc="batched a @ b: the batch dim's type kept; a contracting dim sharded on both "
+           "sides is refused")
 
 
 OPS: tuple[Op, ...] = tuple(_explicit())

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from parity import ambient
 from parity.errors import DonatedArrayError, ParityError
 from parity.jax_ref.meshes import require_layout, to_named_sharding
 
@@ -25,20 +26,23 @@ def _as_value(x: Any) -> Any:
 
 def distribute_tensor(x: Any, layout: Any, *, axis_types: str = "explicit") -> jax.Array:
     """``x`` (host data or a ``jax.Array``, distributed or not) laid out as
-    ``layout``; a distributed array is resharded. Works under ``jax.jit`` too.
+    ``layout`` (a ``TensorLayout``, or a ``parity.P`` on the ambient mesh);
+    a distributed array is resharded. Works under ``jax.jit`` too.
 
-    Raises ``LayoutError`` (not a bound ``TensorLayout``, rank mismatch),
-    ``ShardingError`` (a dim that does not divide by its shard count).
+    Raises ``LayoutError`` (not a bound ``TensorLayout``, a ``P`` with no
+    ambient mesh, rank mismatch), ``ShardingError`` (a dim that does not
+    divide by its shard count).
     """
-    layout = require_layout(layout)
     value = _as_value(x)
+    layout = require_layout(ambient.resolve(layout, np.ndim(value), "distribute_tensor"))
     layout.check_shape(value.shape)
     return jax.device_put(value, to_named_sharding(layout, axis_types))
 
 
 def distribute_variable(value: Any, layout: Any, *, axis_types: str = "explicit") -> jax.Array:
     """``distribute_tensor`` (JAX arrays are values; each device stores only
-    its block). Raises like ``distribute_tensor``."""
+    its block); ``layout`` may be a ``parity.P`` on the ambient mesh. Raises
+    like ``distribute_tensor``."""
     return distribute_tensor(value, layout, axis_types=axis_types)
 
 

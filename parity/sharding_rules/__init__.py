@@ -13,7 +13,10 @@ shardings (explicit axis types).
 * ``reshape``: split/merge of dims (``_reshape_sharding_rule``);
 * ``contraction``: dot_general / einsum (``_dot_general_sharding_rule``);
 * ``structure``: reductions, transposes, concatenation, stacking, splitting,
-  basic indexing and padding.
+  indexing, sorting and padding;
+* ``slicing``: ops whose dims change size and keep their sharding
+  (``_get_sharding_for_varying_out_shape``: slices, pads, splits, roll, tile);
+* ``gather``: gathers (take, advanced indexing, diagonal).
 
 Where JAX's explicit mode refuses an op as ambiguous, a function still
 answers -- the choice JAX's auto mode and Keras make -- and says so
@@ -27,23 +30,29 @@ from parity.sharding_rules.basics import (
     replicate_dims,
     shard_count,
 )
-from parity.sharding_rules.broadcast import aligned, broadcast, broadcast_shape
+from parity.sharding_rules.broadcast import aligned, broadcast, broadcast_shape, select
 from parity.sharding_rules.contraction import Contraction, contract, matmul_letters
+from parity.sharding_rules.gather import diagonal, take_along, take_refused
 from parity.sharding_rules.reshape import reshape_spec
+from parity.sharding_rules.slicing import pieces_refused, roll, tile, varying_refused
 from parity.sharding_rules.structure import (
+    advanced_dims,
     concat,
     index,
     movedim_perm,
     pad_dims,
     permute,
     reduce,
+    sort_along,
     split,
     stack,
     swap_perm,
 )
 
 __all__ = [
-    "Contraction", "aligned", "broadcast", "broadcast_shape", "concat", "contract", "dedupe",
-    "fit_to_shape", "index", "matmul_letters", "movedim_perm", "pad_dims", "permute", "reduce",
-    "replicate_dims", "reshape_spec", "shard_count", "split", "stack", "swap_perm",
+    "Contraction", "advanced_dims", "aligned", "broadcast", "broadcast_shape", "concat",
+    "contract", "dedupe", "diagonal", "fit_to_shape", "index", "matmul_letters", "movedim_perm",
+    "pad_dims", "permute", "pieces_refused", "reduce", "replicate_dims", "reshape_spec", "roll",
+    "select", "shard_count", "sort_along", "split", "stack", "swap_perm", "take_along",
+    "take_refused", "tile", "varying_refused",
 ]

@@ -65,3 +65,19 @@ def aligned(out_spec: Spec, out_shape: Sequence[int], shape: Sequence[int]) -> S
         () if (size == 1 and out_shape[off + k] != 1) else out_spec[off + k]
         for k, size in enumerate(shape)
     )
+
+
+def select(
+    operands: Sequence[tuple[Spec, Sequence[int]]], out_shape: Sequence[int], sizes: AxisSizes
+) -> tuple[Spec, bool]:
+    """``(output spec, chosen)`` of ``jnp.where`` / ``torch.where`` over
+    ``(spec, shape)`` operands (the condition, unless it is 0-d, and both
+    branches; a Python scalar is a 0-d operand). Operands of one shape go
+    to ``lax.select`` as they are, whose rule wants one sharding for all
+    (``select cases must have the same shardings``); operands of several
+    shapes are broadcast first to their ``broadcast`` spec."""
+    if len({tuple(shape) for _, shape in operands}) > 1:
+        return broadcast(operands, out_shape, sizes)
+    first = operands[0][0]
+    spec, _ = broadcast(operands, out_shape, sizes)
+    return spec, any(s != first for s, _ in operands[1:])

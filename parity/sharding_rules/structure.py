@@ -1,10 +1,12 @@
-"""Reductions, transposes, joins, splits, basic indexing and padding.
+"""Reductions, transposes, joins, splits, indexing, sorting and padding.
 
 Each mirrors JAX's rule for the ``lax`` primitive: a reduction drops the
 reduced dims' names (``keepdim``: they become replicated); a transpose
 permutes the spec; concatenation keeps the operands' common spec with the
 joined dim gathered; stacking adds a replicated dim; splitting, slicing and
-padding keep the operand's spec with the touched dims gathered.
+padding keep the operand's spec with the touched dims gathered (whether a
+changed size still divides: ``slicing``); indexing a sharded dim and
+sorting along one are refused by JAX's explicit mode (``chosen``).
 """
 
 from __future__ import annotations
@@ -77,12 +79,15 @@ def split(spec: Spec, dim: int, keep_dim: bool = True) -> tuple[Spec, Spec]:
     return before, before if keep_dim else spec[:dim] + spec[dim + 1:]
 
 
-def index(spec: Spec, items: Sequence) -> tuple[Spec, Spec] | None:
-    """``(operand spec before the op, output spec)`` of basic indexing by
-    ``items`` (ints, slices, ``None``, at most one ``Ellipsis``): an indexed
-    dim is gathered, an int removes it, a ``slice(None)`` keeps it as it
-    is, ``None`` inserts a replicated dim. ``None`` for anything else
-    (advanced indexing, more indices than dims): not this rule's case."""
+def index(spec: Spec, items: Sequence, shape: Sequence[int]) -> tuple[Spec, Spec, bool] | None:
+    """``(operand spec before the op, output spec, chosen)`` of basic
+    indexing of an operand of ``shape`` by ``items`` (ints, slices, ``None``,
+    at most one ``Ellipsis``): an indexed dim is gathered, an int removes
+    it, a slice covering the whole dim keeps it as it is, ``None`` inserts a
+    replicated dim. ``chosen``: an indexed dim is sharded (``jnp`` indexes
+    through a gather, whose sharding JAX's explicit mode calls ambiguous).
+    ``None`` for anything else (advanced indexing, more indices than dims):
+    not this rule's case."""
     ndim = len(spec)
     if any(isinstance(i, bool) or not (isinstance(i, (int, slice)) or i is None or i is Ellipsis)
            for i in items):
@@ -105,13 +110,52 @@ def index(spec: Spec, items: Sequence) -> tuple[Spec, Spec] | None:
             continue
         if isinstance(i, int):
             touched.append(d)
-        elif i != slice(None):
+        elif i.indices(shape[d]) != (0, shape[d], 1):
             touched.append(d)
             out.append(spec[d])
         else:
             out.append(spec[d])
         d += 1
-    return replicate_dims(spec, touched), tuple(out)
+    return replicate_dims(spec, touched), tuple(out), any(spec[t] for t in touched)
+
+
+def advanced_dims(items: Sequence, ndim: int, rank_of) -> list[int] | None:
+    """The operand dims that ``items`` index (ints, slices that are not
+    ``slice(None)``, and advanced indices: ``rank_of(item)`` gives the
+    number of dims an index consumes -- a bool mask its rank, any other
+    index 1 -- or ``None`` for an item that is not an index), for an operand
+    of rank ``ndim``; ``None`` when ``items`` do not fit the rank."""
+    ranks = []
+    for i in items:
+        if i is None or i is Ellipsis:
+            ranks.append(0)
+        elif isinstance(i, (int, slice)):
+            ranks.append(1)
+        else:
+            r = rank_of(i)
+            if r is None:
+                return None
+            ranks.append(r)
+    if sum(i is Ellipsis for i in items) > 1 or sum(ranks) > ndim:
+        return None
+    touched, d = [], 0
+    for i, r in zip(items, ranks):
+        if i is Ellipsis:
+            d += ndim - sum(ranks)
+        elif i is not None and i != slice(None):
+            touched.extend(range(d, d + r))
+        d += r
+    return touched
+
+
+def sort_along(spec: Spec, dim: int) -> tuple[Spec, bool]:
+    """``(operand spec before the op, chosen)`` of an op that needs a whole
+    dim (non-negative) on each device -- sort, argsort, top_k, the cumulative
+    scans, median: JAX's explicit mode refuses a sharded ``dim`` ("should
+    be unsharded over the axis"); the dim is gathered before the op and the
+    output keeps the operand's other dims."""
+    before = replicate_dims(spec, [dim])
+    return before, before != spec
 
 
 def pad_dims(ndim: int, widths: Sequence[int]) -> list[int]:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
+from parity import ambient
 from parity.errors import MeshMismatchError, ParityError
 from parity.layout import TensorLayout
 from parity.torch_impl.runtime import devices, state
@@ -45,14 +46,17 @@ def _block(host: torch.Tensor, bounds: tuple[tuple[int, int], ...]) -> torch.Ten
 
 
 def distribute_tensor(x: Any, layout: Any) -> DTensor:
-    """``x`` laid out as ``layout``: host data is sliced per rank, a DTensor
-    is resharded (through DTensor's differentiable ``redistribute``).
+    """``x`` laid out as ``layout`` (a ``TensorLayout``, or a ``parity.P``
+    on the ambient mesh): host data is sliced per rank, a DTensor is
+    resharded (through DTensor's differentiable ``redistribute``).
 
-    Raises ``LayoutError`` (no mesh, rank mismatch, unknown axis),
-    ``ShardingError`` (indivisible dim, another mesh) and ``ParityError``
-    (no simulated or real ranks, unconvertible input).
+    Raises ``LayoutError`` (no mesh -- for a ``P`` no ambient mesh --, rank
+    mismatch, unknown axis), ``ShardingError`` (indivisible dim, another
+    mesh) and ``ParityError`` (no simulated or real ranks, unconvertible
+    input).
     """
-    layout = require_layout(layout)
+    ndim = x.ndim if isinstance(x, torch.Tensor) else np.ndim(x)
+    layout = require_layout(ambient.resolve(layout, ndim, "distribute_tensor"))
     mesh = layout.require_mesh()
     torch_mesh = meshes.to_torch_mesh(mesh)
     if isinstance(x, DTensor):
@@ -81,7 +85,9 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
 
 def distribute_variable(value: Any, layout: Any) -> torch.nn.Parameter:
     """``distribute_tensor`` for a trainable value: a ``Parameter`` whose data
-    is a sharded DTensor (``requires_grad`` for floating dtypes)."""
+    is a sharded DTensor (``requires_grad`` for floating dtypes); ``layout``
+    may be a ``parity.P`` on the ambient mesh. Raises like
+    ``distribute_tensor``."""
     tensor = distribute_tensor(value, layout)
     if isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
         tensor = tensor.detach()

@@ -96,6 +96,17 @@ plan leaves the norms plain -- put DTensors and plain tensors in one
 mixed torch.Tensor and DTensor") where the eager step, through the mode,
 runs. ``_install_foreach_dispatch`` adds the ``torch._foreach_*`` functions
 to that set, so the traced mode sees them as the eager one does.
+
+**``F.pad`` reaches the mode while traced** (torch 2.13; no upstream issue
+found). Eagerly ``F.pad`` hands a call under a ``TorchFunctionMode`` to the
+mode (``has_torch_function_unary``); dynamo inlines ``F.pad``, takes that
+test as false and traces its last line, ``torch._C._nn.pad``, which is not
+in the set above (``torch.overrides`` lists ``F.pad`` instead): the mode
+never saw the pad, DTensor's own strategy laid the result out (under
+aot_eager ``F.pad(x, (0, 0, 1, 1))`` of an ``x`` sharded ``("data", None)``
+came back ``(None, "model")`` where the eager call gives ``("data",
+None)``). ``_install_pad_dispatch`` adds ``torch._C._nn.pad`` to the set;
+``tests/test_explicit_compile.py`` pins it.
 """
 
 from __future__ import annotations
@@ -306,6 +317,18 @@ def _install_foreach_dispatch() -> None:
 
 
 _install_foreach_dispatch()
+
+
+def _install_pad_dispatch() -> None:
+    """Add ``torch._C._nn.pad`` (what a traced ``F.pad`` calls) to the
+    functions dynamo dispatches to a ``TorchFunctionMode`` (see the module
+    docstring). A torch without that set has nothing to extend."""
+    overridable = dynamo_overridable_functions()
+    if overridable is not None:
+        overridable.add(torch._C._nn.pad)
+
+
+_install_pad_dispatch()
 
 
 def skip_alone(fn: Any) -> Any:

@@ -51,7 +51,8 @@ _CONSTANTS = (bool, int, float, str, type(None), torch.dtype, torch.device, torc
 # A decision, as plain constants (a plan object would carry dynamo guards on
 # a constant, which dynamo cannot build):
 #   (plan, actions, keep_partial)
-#   plan: None (no rule) or (inputs items, outputs, linear, chosen), as rules.Plan
+#   plan: None (no rule) or (inputs items, outputs, linear, chosen, fix items or None),
+#         as rules.Plan (``plan_of``)
 #   actions: one Action per DTensor operand, in the order ``operands`` visits them;
 #            () when no operand needs anything
 Action = tuple  # (complete first, placements to move to or None, guard, pending kept)
@@ -70,12 +71,32 @@ def decision_for(func: Any, args: tuple, kwargs: dict, mesh, defer: bool, grad: 
             found = _decided_or_none(func, described, mesh, defer, grad)
         if found is not None:
             return found
-    plan = rules.plan_for(func, args, kwargs, mesh)
-    if plan is not None:
-        plan = (tuple(plan.inputs.items()), plan.outputs, plan.linear, plan.chosen)
+    return decision_with(rules.plan_for(func, args, kwargs, mesh), args, kwargs, mesh, defer,
+                         grad)
+
+
+def decision_with(plan: rules.Plan | None, args: tuple, kwargs: dict, mesh, defer: bool,
+                  grad: bool) -> tuple:
+    """``(plan, actions, keep_partial)`` for ``plan`` over this call's
+    operands, uncached (``decision_for`` without the rule; the Explicit
+    check's plan on a mixed mesh)."""
     facts = [(loc, tuple(t.placements), t.ndim, t.requires_grad, t.is_leaf)
              for loc, t in operands(args, kwargs)]
-    return _decide(plan, facts, mesh, defer, grad)
+    return _decide(_constants(plan), facts, mesh, defer, grad)
+
+
+def _constants(plan: rules.Plan | None) -> tuple | None:
+    """The plan as the decision holds it (module docstring)."""
+    if plan is None:
+        return None
+    fix = None if plan.fix is None else tuple(plan.fix.items())
+    return (tuple(plan.inputs.items()), plan.outputs, plan.linear, plan.chosen, fix)
+
+
+def plan_of(plan: tuple) -> rules.Plan:
+    """The ``rules.Plan`` a decision's plan constants stand for."""
+    return rules.Plan(dict(plan[0]), plan[1], plan[2], plan[3],
+                      None if plan[4] is None else dict(plan[4]))
 
 
 def operands(args: tuple, kwargs: dict) -> list[tuple[tuple, DTensor]]:
@@ -183,8 +204,7 @@ def _decided(func: Any, described: tuple, mesh, defer: bool, grad: bool) -> Any:
         plan = rules.plan_for(func, args, kwargs, mesh)
     if plan is not None and callable(plan.outputs):
         return None
-    if plan is not None:
-        plan = (tuple(plan.inputs.items()), plan.outputs, plan.linear, plan.chosen)
+    plan = _constants(plan)
     facts = [(loc, part[1], len(part[2]), part[4], part[5]) for loc, part in _visited(described)]
     return _decide(plan, facts, mesh, defer, grad)
 

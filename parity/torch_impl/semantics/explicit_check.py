@@ -1,7 +1,10 @@
 """Explicit axes under ``jax_semantics()``: where JAX's explicit mode
 refuses an op (``ShardingTypeError``: contracting dims sharded
 inconsistently or on both sides, conflicting elementwise operands, an axis
-on two dims), parity raises ``parity.ShardingTypeError`` naming the
+on two dims, ``where`` over differently sharded operands, indexing or
+gathering along a sharded dim, sorting or scanning along one, a reshape
+JAX cannot type, a slice, pad, split or roll whose pieces a sharded dim's
+shard count does not divide, tiling a sharded dim), parity raises ``parity.ShardingTypeError`` naming the
 operands' specs and the ``reshard`` that fixes it.
 
 The rules (``parity.sharding_rules``, checked against JAX) mark such a plan
@@ -11,7 +14,10 @@ today); when every mesh axis the operands name is Explicit, always (the
 rule then sees exactly JAX's types). When the operands name Auto axes too,
 JAX's types hold only the Explicit axes: the rule is asked again on
 stand-in operands sharded over those alone (same shapes and mesh, no
-data), and the op is refused when that plan is ``chosen``.
+data), and the op is refused when that plan is ``chosen``; otherwise that
+plan lays the op out (``a + b`` of ``P('data', None)`` and ``P('model',
+None)`` with ``data`` Auto is JAX's ``float32[8@model,8]``, where auto
+mode's choice over both axes would keep ``data``).
 
 Under ``torch.compile`` the check runs as traced code (the mesh's axis types
 and the operands' placements are constants there; a function traced on an
@@ -48,9 +54,9 @@ def _name(loc: tuple) -> str:
     return where + (f"[{loc[2]}]" if len(loc) > 2 else "")
 
 
-def _chosen_on(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> bool:
-    """Whether the rule marks the call ``chosen`` when each operand is
-    sharded over its ``explicit`` axes only (JAX's type of it)."""
+def _typed_plan(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_mesh: Any) -> Any:
+    """The rule's plan of the call with each operand sharded over its
+    ``explicit`` axes only (JAX's type of it), or ``None`` (no rule)."""
     from parity.torch_impl.semantics import rules
     from parity.torch_impl.layouts.tensors import result_spec
 
@@ -65,8 +71,7 @@ def _chosen_on(explicit: set[str], func: Any, args: tuple, kwargs: dict, torch_m
         meta = result_spec(torch_mesh, spec, tuple(t.shape), t.dtype)
         return DTensor.__new__(DTensor, t._local_tensor, meta, requires_grad=False)
 
-    plan = rules.plan_for(func, tree_map(stand_in, args), tree_map(stand_in, kwargs), torch_mesh)
-    return plan is not None and plan.chosen
+    return rules.plan_for(func, tree_map(stand_in, args), tree_map(stand_in, kwargs), torch_mesh)
 
 
 def explicit_axes(torch_mesh: Any) -> frozenset[str]:
@@ -82,24 +87,32 @@ def explicit_axes(torch_mesh: Any) -> frozenset[str]:
 
 def refuse_if_ambiguous(func: Any, op: str, plan: Any, operands: list[tuple[tuple, Any]],
                         args: tuple, kwargs: dict, torch_mesh: Any,
-                        explicit: frozenset[str]) -> None:
+                        explicit: frozenset[str]) -> Any:
     """Raise ``ShardingTypeError`` for ``func`` (named ``op``) whose
     ``chosen`` plan JAX's types refuse on the ``explicit`` axes (see the
-    module docstring); else return. ``operands``: ``decision.operands(args,
+    module docstring). Else ``None``, or -- on a mixed mesh, where the
+    operands' Explicit axes alone are typed and JAX's rule answers -- that
+    plan (``rules.Plan``): JAX's types then lay the op out, not auto mode's
+    choice over every axis. ``operands``: ``decision.operands(args,
     kwargs)``."""
     specs = [spec_and_pending(t)[0] for _, t in operands]
     named = {n for spec in specs for names in spec for n in names}
     if not named & explicit:
-        return
-    if not named <= explicit and not _chosen_on(explicit, func, args, kwargs, torch_mesh):
-        return
-    fixes = [f"reshard({_name(loc)}, {_p(plan.inputs[loc])})"
+        return None
+    if not named <= explicit:
+        typed = _typed_plan(explicit, func, args, kwargs, torch_mesh)
+        if typed is None or not typed.chosen:
+            return typed
+    # the reshards JAX needs: ``plan.fix`` where auto mode lays operands out otherwise
+    wanted = plan.inputs if plan.fix is None else plan.fix
+    fixes = [f"reshard({_name(loc)}, {_p(wanted[loc])})"
              for (loc, _), spec in zip(operands, specs)
-             if loc in plan.inputs and plan.inputs[loc] != spec]
+             if loc in wanted and wanted[loc] != spec]
     fix = "; ".join(fixes) if fixes else "reshard the operands to one consistent sharding"
     raise_error(
         ShardingTypeError,
-        f"{op}: on Explicit mesh axes the result's sharding is ambiguous for operands "
-        f"sharded as {', '.join(_p(s) for s in specs)} (JAX raises ShardingTypeError "
-        f"here). Fix: {fix}, or use a mesh with Auto axes.",
+        f"{op}: on Explicit mesh axes JAX's sharding rules give no result type for operands "
+        f"sharded as {', '.join(_p(s) for s in specs)} (the result's sharding is ambiguous, "
+        f"or the op needs a dim unsharded; JAX raises ShardingTypeError here). Fix: {fix}, "
+        f"or use a mesh with Auto axes.",
         op=op, specs=tuple(specs), fix=fix)

@@ -122,7 +122,7 @@ def _advanced_index_with_grad(args: tuple, kwargs: dict) -> Any:
     if not (torch.is_grad_enabled() and x.requires_grad):
         return None
     items = index if isinstance(index, tuple) else (index,)
-    if R.index(S.spec_of(x), items) is not None:
+    if R.index(S.spec_of(x), items, tuple(x.shape)) is not None:
         return None  # basic indexing: the getitem rule
     return OnWhole("DTensor cannot run its backward")
 

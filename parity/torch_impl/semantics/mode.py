@@ -382,13 +382,16 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     # the decision around the op: cached per description of the call, and
     # made outside dynamo's trace under torch.compile (see ``decision``)
     plan, actions, keep_partial = decision.decision_for(func, args, kwargs, mesh, defer, grad)
-    if plan is not None and plan[3]:  # chosen: on Explicit axes JAX refuses it
+    chosen = plan is not None and plan[3]
+    if chosen:  # on Explicit axes JAX refuses it
         explicit = explicit_check.explicit_axes(mesh)
         if explicit:
-            located = decision.operands(args, kwargs)
-            explicit_check.refuse_if_ambiguous(
-                func, name, rules.Plan(dict(plan[0]), plan[1], plan[2], plan[3]), located,
-                args, kwargs, mesh, explicit)
+            typed = explicit_check.refuse_if_ambiguous(
+                func, name, decision.plan_of(plan), decision.operands(args, kwargs), args,
+                kwargs, mesh, explicit)
+            if typed is not None:  # a mixed mesh: JAX's types over the Explicit axes lay it out
+                plan, actions, keep_partial = decision.decision_with(typed, args, kwargs, mesh,
+                                                                     defer, grad)
     if actions:
         args, kwargs, moved = operands.prepared(func, args, kwargs, actions, grad)
     else:  # no operand needs anything (the decision says so once per description)
@@ -396,7 +399,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     out, direct = compute.compute(func, name, args, kwargs, mesh, grad)
     result = _finish(out, plan[1] if plan is not None else None, keep_partial)
     if (direct and key is not None and not moved and not rehomed and result is out
-            and not _any_partial(out) and not (plan is not None and plan[3])
+            and not _any_partial(out) and not chosen
             and not random_ops.listed(func) and func is original):  # chosen: re-checked per
         # mesh; random: per option; a replaced op: the fast path would run the original
         fast_path.remember(key)

@@ -18,7 +18,8 @@ marks it ``chosen``.
 | reductions (sum, mean,     | _reduce_op_sharding_rule: reduced | sum/mean/amax/amin: as they are |
 | amax, argmax ...)          | dims dropped (keepdim: None)      | (then psum); others: reduced    |
 |                            |                                   | dims gathered                   |
-| reductions: cumulative     | _cumred: the operand's spec       | the scanned dim gathered        |
+| reductions: cumulative,    | _cumred, sort, top_k: the         | the scanned / sorted dim        |
+| sort, argsort, topk        | operand's spec                    | gathered                        |
 | layers: softmax            | composed: the operand's spec      | the softmax dim gathered        |
 | layers: layer_norm,        | composed: broadcast of a, w, b    | normalized dims gathered        |
 | rms_norm                   |                                   |                                 |
@@ -35,9 +36,14 @@ marks it ``chosen``.
 |                            | spec (stack: new dim None)        |                                 |
 | shapes: split, chunk, ...  | _split: the operand's spec        | the split dim gathered          |
 | indexing: slices, pad      | _slice/_pad: the operand's spec   | the sliced/padded dims gathered |
+| gathers: index_select,     | gather: jnp.take refused along a  | take_along: gathered dim        |
+| take, gather,              | sharded dim or by a sharded index | unsharded, other dims alike     |
+| take_along_dim             | (else DTensor's)                  |                                 |
 | rearrange: flip, rot90,    | _rev, select, _slice, _split: the | the touched dims gathered       |
 | tril/triu, narrow, glu,    | operand's spec (rot90: two dims   |                                 |
-| repeat_interleave, diag    | swapped; diag: (spec, None))      |                                 |
+| repeat_interleave, diag,   | swapped; diag: (spec, None);      |                                 |
+| diagonal, trace, diff,     | diagonal: other dims, then None;  |                                 |
+| roll, tile, repeat         | tile: new dims None)              |                                 |
 | linalg: eigh, eigvalsh     | batch dims kept                   | the matrix dims gathered        |
 | fft: fft, rfft, fftn, ...     | fft: the operand's spec           | the transformed dims gathered   |
 | spatial: conv*, *pool*     | conv_general_dilated: batch dim   | batch (pooling: and channel)    |
@@ -55,6 +61,7 @@ from parity.torch_impl.semantics.rules import (  # noqa: F401 - registers the fa
     elementwise,
     embedding,
     fft,
+    gathers,
     indexing,
     layers,
     linalg,

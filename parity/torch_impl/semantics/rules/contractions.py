@@ -1,4 +1,4 @@
-"""Contractions: matmul, mm, bmm, linear, einsum, inner, tensordot, linalg.multi_dot -- JAX's
+"""Contractions: matmul, mm, bmm, linear, einsum, inner, outer, tensordot, linalg.multi_dot -- JAX's
 ``_dot_general_sharding_rule`` (``parity.sharding_rules.contraction``).
 
 Each call is lettered as an einsum; the algebra gives every operand's spec
@@ -31,7 +31,24 @@ def _plan(call: Call, operands: list[tuple[Locator, DTensor]], letters, out_lett
                         out_letters, call.sizes)
     inputs = {loc: spec for (loc, _), spec in zip(operands, result.inputs)}
     linear = sum(S.has_partial(t) for _, t in operands) <= 1
-    return Plan(inputs, [result.output], linear=linear, chosen=result.chosen)
+    fix = None
+    if result.chosen and all(inputs[loc] == S.spec_of(t) for loc, t in operands):
+        # contracting dims sharded alike on both sides: JAX wants one side's
+        # gathered (or an out_sharding=), the last operand's here
+        (loc, t), lets = operands[-1], letters[-1]
+        fix = {loc: R.replicate_dims(S.spec_of(t), [d for d, l in enumerate(lets)
+                                                    if l not in out_letters])}
+    return Plan(inputs, [result.output], linear=linear, chosen=result.chosen, fix=fix)
+
+
+@rule_for(*torch_ops("outer", "ger"))
+def outer(call: Call) -> Plan:
+    """``outer(a, b)`` (``jnp.outer``: ``a[:, None] * b[None, :]``): each
+    vector's spec on its own dim; one mesh axis on both is refused."""
+    ops = call.tensors()
+    if len(ops) != 2 or call.kwargs.get("out") is not None or any(t.ndim != 1 for _, t in ops):
+        raise NotCovered  # a plain operand, out=, or a call torch refuses
+    return _plan(call, ops, ["i", "j"], "ij")
 
 
 @rule_for(*torch_ops("matmul", "__matmul__", "__rmatmul__", "mm", "bmm"))
@@ -48,7 +65,20 @@ def matmul(call: Call) -> Plan:
     if lettered is None:
         raise NotCovered  # a broadcast batch dim
     letters, out = lettered
-    return _plan(call, [(la, a), (lb, b)], letters, out)
+    plan = _plan(call, [(la, a), (lb, b)], letters, out)
+    # jnp.matmul wants a batch dim both operands have sharded alike, a
+    # replicated one too ("Incompatible types for matmul arguments", a
+    # ValueError), where dot_general would slice the replicated side
+    spec_a, spec_b = S.spec_of(a), S.spec_of(b)
+    batch_b = {l: d for d, l in enumerate(letters[1][:-2])}
+    unlike = [(batch_b[l], spec_a[d]) for d, l in enumerate(letters[0][:-2])
+              if l in batch_b and spec_a[d] != spec_b[batch_b[l]]]
+    if not unlike or plan.chosen:
+        return plan
+    fix = list(spec_b)
+    for d, names in unlike:
+        fix[d] = names
+    return dataclasses.replace(plan, chosen=True, fix={lb: tuple(fix)})
 
 
 @rule_for(*torch_ops("linear"))

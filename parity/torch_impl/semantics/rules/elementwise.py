@@ -3,16 +3,20 @@
 
 Every operand is laid out as the output's spec on its right-aligned dims
 (replicated where it broadcasts), so the op itself needs no communication.
-In-place ops keep ``self``'s spec. add/sub of alike pending values, and
-mul/div of one pending value by scalars, are linear (``defer``). Adding a
-scalar to a pending sum is not: ``p - 1`` completes ``p`` first, one
-all_reduce over its pending axes' flattened group, as without ``defer``
-(left to DTensor it reduce-scattered and gathered, or launched one
-all_reduce per axis).
+In-place ops keep ``self``'s spec. ``where`` is typed as ``jnp.where``:
+operands of one shape must be sharded alike (``lax.select``). add/sub of
+alike pending values, and mul/div of one pending value by scalars, are
+linear (``defer``). Adding a scalar to a pending sum is not: ``p - 1``
+completes ``p`` first, one all_reduce over its pending axes' flattened
+group, as without ``defer`` (left to DTensor it reduce-scattered and
+gathered, or launched one all_reduce per axis).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+import torch
 from torch.distributed.tensor import DTensor
 
 from parity import sharding_rules as R
@@ -34,7 +38,7 @@ _UNARY_LINEAR = frozenset("neg __neg__ negative clone contiguous".split())
 ELEMENTWISE_NAMES = """add __add__ __radd__ add_ __iadd__ sub __sub__ __rsub__ sub_ __isub__ subtract
     rsub mul __mul__ __rmul__ mul_ __imul__ multiply div __truediv__ true_divide div_
     divide floor_divide __floordiv__ __rfloordiv__ remainder __mod__ fmod
-    pow __pow__ __rpow__ pow_ __ipow__ float_power maximum minimum fmax fmin where clamp clip
+    pow __pow__ __rpow__ pow_ __ipow__ float_power maximum minimum fmax fmin clamp clip
     clamp_ clamp_min clamp_max neg __neg__ negative abs __abs__ exp exp2 expm1 log log2 log10
     log1p sqrt rsqrt square tanh sigmoid relu relu_ gelu silu mish softplus elu leaky_relu
     hardtanh relu6 sin cos tan asin acos atan atan2 sinh cosh erf erfc reciprocal sign
@@ -64,6 +68,28 @@ def elementwise(call: Call) -> Plan:
     inputs = {loc: R.aligned(out_spec, out_shape, shape) for (loc, _), shape in zip(ops, shapes)}
     linear = call.name in _LINEAR and _linear_operands(call)
     return Plan(inputs, [out_spec], linear=linear, chosen=chosen)
+
+
+@rule_for((torch.where, "where"), (torch.Tensor.where, "Tensor.where"))
+def where(call: Call) -> Plan:
+    """``where(condition, x, y)`` / ``x.where(condition, y)``: the
+    elementwise plan, ``chosen`` also where ``jnp.where`` refuses
+    (``sharding_rules.select``: operands of one shape sharded differently;
+    a Python scalar is a 0-d operand, a 0-d condition is not broadcast)."""
+    plan = elementwise(call)
+    names = ("condition", "input", "other") if call.name == "where" else ("self", "condition",
+                                                                          "other")
+    values = [call.arg(i, name) for i, name in enumerate(names)]
+    if call.name == "Tensor.where":
+        values = [values[1], values[0], values[2]]
+    if any(v is None for v in values) or plan.chosen:
+        return plan  # where(condition) is nonzero's: the broadcast rule's answer
+    operands = [(S.spec_of(v), tuple(v.shape)) if isinstance(v, DTensor) else ((), ())
+                for v in values]
+    if not operands[0][1]:
+        operands = operands[1:]
+    out_shape = R.broadcast_shape([shape for _, shape in operands])
+    return dataclasses.replace(plan, chosen=R.select(operands, out_shape, call.sizes)[1])
 
 
 def _linear_operands(call: Call) -> bool:

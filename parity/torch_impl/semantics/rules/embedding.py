@@ -5,7 +5,8 @@ The table's row dim is gathered and the ids keep the axes the table's
 feature dim does not use, so the lookup itself needs no communication and
 DTensor never builds a row-masked partial (its ``MaskPartial`` fails when
 the ids are sharded on another mesh dim: ``IndexError: The shape of the
-mask ... does not match``). Backward: ``redistribute``'s mirror brings the
+mask ... does not match``). JAX's explicit mode refuses the lookup
+(``chosen``) when the table's rows or the ids are sharded. Backward: ``redistribute``'s mirror brings the
 table's gradient back to the table's own placement.
 """
 
@@ -27,10 +28,14 @@ def _plan(call: Call, ids_loc, table_loc) -> Plan:
     table, ids = located.get(table_loc), located.get(ids_loc)
     if table is None or ids is None or table.ndim != 2:
         raise NotCovered
-    table_before, ids_before, out, chosen = take_rows(S.spec_of(table), S.spec_of(ids))
+    ids_spec = S.spec_of(ids)
+    table_before, ids_before, out, chosen = take_rows(S.spec_of(table), ids_spec)
+    # JAX's explicit mode refuses jnp.take by sharded ids too (take_refused)
+    refused = chosen or any(ids_spec)
     sizes = call.sizes
     return Plan({table_loc: table_before, ids_loc: ids_before},
-                lambda outs: [fit_to_shape(out, outs[0].shape, sizes)], chosen=chosen)
+                lambda outs: [fit_to_shape(out, outs[0].shape, sizes)], chosen=refused,
+                fix={table_loc: table_before, ids_loc: ((),) * ids.ndim} if refused else None)
 
 
 def _locator(call: Call, index: int, name: str):

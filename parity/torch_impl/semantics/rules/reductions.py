@@ -4,8 +4,9 @@
 sum/mean/amax/amin/nansum/nanmean/all/any (and a full max/min/prod) run on
 the operand as it is: DTensor leaves a pending reduction over the sharded
 reduced dims, which the mode completes. Every other reduction (argmax,
-var, median, ...) has its reduced dims gathered first. Scans gather the
-scanned dim.
+var, median, ...) has its reduced dims gathered first. Scans, sorts and
+topk gather their dim; JAX's explicit mode refuses them (and median, which
+sorts) along a sharded dim (``chosen``).
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def reduction(call: Call) -> Plan:
     all_dims = range(x.ndim) if dims is None else dims
     inputs = {} if friendly else {loc: R.replicate_dims(spec, all_dims)}
     linear = call.name in ("sum", "mean", "nansum")
-    return Plan(inputs, lambda outs: [out] * len(outs), linear=linear)
+    # jnp.median sorts along the reduced dims: JAX refuses a sharded one
+    chosen = call.name == "median" and any(spec[d] for d in all_dims)
+    return Plan(inputs, lambda outs: [out] * len(outs), linear=linear, chosen=chosen)
 
 
 @rule_for(*torch_ops("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"))
@@ -84,10 +87,32 @@ def cumulative(call: Call) -> Plan:
     dim = call.arg(1, "dim", "axis")
     if not _int(dim):
         raise NotCovered
-    spec = S.spec_of(x)
-    target = R.replicate_dims(spec, [dim % x.ndim])
+    target, chosen = R.sort_along(S.spec_of(x), dim % x.ndim)
     return Plan({loc: target}, lambda outs: [target] * len(outs), linear=call.name == "cumsum",
-                chosen=target != spec)
+                chosen=chosen)
+
+
+@rule_for(*torch_ops("sort", "argsort", "msort", "topk"))
+def sorting(call: Call) -> Plan:
+    """sort / argsort / msort / topk along one dim (``jnp.sort``,
+    ``argsort``, ``lax.top_k``): the dim gathered, the other dims kept; JAX
+    refuses a sharded one. Every output (values, indices) has that spec,
+    fitted to its shape (topk's dim has ``k`` entries)."""
+    if call.kwargs.get("out") is not None:
+        raise NotCovered
+    loc, x = call.only_self()
+    if call.name == "msort":
+        dim = 0
+    elif call.name == "topk":
+        dim = call.arg(2, "dim", default=-1)
+    else:
+        dim = call.arg(1, "dim", default=-1)
+    if not _int(dim) or x.ndim == 0:
+        raise NotCovered  # a 0-d sort, or a named dim
+    target, chosen = R.sort_along(S.spec_of(x), dim % x.ndim)
+    sizes = call.sizes
+    return Plan({loc: target}, lambda outs: [R.fit_to_shape(target, o.shape, sizes)
+                                             for o in outs], chosen=chosen)
 
 
 @rule_for(*torch_ops("quantile", "nanquantile"))

@@ -51,15 +51,22 @@ class Plan:
     outputs to that list (for rules that need the output shapes).
     ``linear``: pending sums may pass through (``defer``).
     ``chosen``: JAX's explicit mode refuses this op; the plan is auto mode's.
+    ``fix``: for a ``chosen`` plan whose ``inputs`` are not what JAX needs
+    (auto mode lays the operands out otherwise), operand locator -> the
+    spec that makes JAX accept the op (what ``ShardingTypeError`` tells the
+    user to ``reshard`` to); ``None``: ``inputs`` are.
     """
 
     inputs: Mapping[Locator, Any] = dataclasses.field(default_factory=dict)
     outputs: Any = None
     linear: bool = False
     chosen: bool = False
+    fix: Mapping[Locator, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", types.MappingProxyType(dict(self.inputs)))
+        if self.fix is not None:
+            object.__setattr__(self, "fix", types.MappingProxyType(dict(self.fix)))
         if isinstance(self.outputs, list):
             object.__setattr__(self, "outputs", tuple(self.outputs))
 

@@ -6,7 +6,9 @@ Transposes permute the spec; reshapes follow JAX's split/merge rule
 cat/stack keep the first operand's spec (the joined dim gathered, a stacked
 dim replicated); split/chunk/unbind gather the split dim. Output specs that
 need the output's shape are fitted to it (a dim they do not divide is
-replicated).
+replicated). JAX's explicit mode refuses (``chosen``) a reshape its rule
+cannot type, a split whose pieces a sharded dim's shard count does not
+divide, and unbinding a sharded dim.
 """
 
 from __future__ import annotations
@@ -83,28 +85,29 @@ def reshape(call: Call) -> Plan:
             result.append(None if new is None else R.fit_to_shape(new, o.shape, sizes))
         return result
 
-    if any(spec) and R.reshape_spec(shape, spec, _reshaped_shape(call, x), sizes) is None:
+    if any(spec) and R.reshape_spec(shape, spec, _meta_shapes(call)[0], sizes) is None:
         # JAX's rule has no answer (auto mode reshards): reshape the gathered
         # array. DTensor's view would make strided shards here, whose
         # gradient its view rules cannot bring back (and whose redistribute
-        # asserts once a flattened mesh exists).
-        return Plan({loc: ((),) * x.ndim}, outputs, linear=True)
+        # asserts once a flattened mesh exists). JAX's explicit mode refuses it.
+        return Plan({loc: ((),) * x.ndim}, outputs, linear=True, chosen=True)
     strided = {p.dim for p in x.placements if type(p).__name__ == "_StridedShard"}
     inputs = {loc: R.replicate_dims(spec, strided)} if strided else {}
     return Plan(inputs, outputs, linear=True)
 
 
-def _reshaped_shape(call: Call, x: DTensor) -> tuple[int, ...]:
-    """The output shape of the reshape-family ``call``, from the same call on
-    meta tensors of the operands' shapes (torch's own -1 inference, dim
-    wrapping and argument errors)."""
+def _meta_shapes(call: Call) -> list[tuple[int, ...]]:
+    """The output shapes of ``call`` (a reshape or a split), from the same
+    call on meta tensors of the operands' shapes (torch's own -1 inference,
+    dim wrapping, section sizes and argument errors)."""
     def meta(t):
         return torch.empty(t.shape, dtype=t.dtype, device="meta") if isinstance(t, DTensor) else t
 
     args = tuple(meta(a) for a in call.args)
     kwargs = {k: meta(v) for k, v in call.kwargs.items()}
     fn = getattr(torch.Tensor, call.name, None) or getattr(torch, call.name)
-    return tuple(fn(*args, **kwargs).shape)
+    out = fn(*args, **kwargs)
+    return [tuple(out.shape)] if isinstance(out, torch.Tensor) else [tuple(o.shape) for o in out]
 
 
 @rule_for(*torch_ops("cat", "concat", "concatenate", "stack"))
@@ -135,13 +138,19 @@ def split(call: Call) -> Plan:
         if not _int(dim):
             raise NotCovered
         before, piece = R.split(spec, dim % x.ndim, keep_dim=False)
-        return Plan({loc: before}, lambda outs: [piece] * len(outs))
+        # jnp.unstack: JAX refuses a sharded unstacked dim
+        return Plan({loc: before}, lambda outs: [piece] * len(outs), chosen=before != spec)
     dim = call.arg(2, "dim", "axis", default=0)
     if not _int(dim):
         raise NotCovered
-    before, piece = R.split(spec, dim % x.ndim)
-    # as the old rule: each piece keeps the operand's spec, fitted to its shape
-    return Plan({loc: before}, lambda outs: [R.fit_to_shape(spec, o.shape, sizes) for o in outs])
+    dim %= x.ndim
+    before, _ = R.split(spec, dim)
+    # each piece keeps the operand's spec, fitted to its shape (JAX's split
+    # keeps it where the shard count divides every piece, else refuses)
+    chosen = bool(spec[dim]) and R.pieces_refused(
+        spec[dim], [shape[dim] for shape in _meta_shapes(call)], sizes)
+    return Plan({loc: before}, lambda outs: [R.fit_to_shape(spec, o.shape, sizes) for o in outs],
+                chosen=chosen)
 
 
 

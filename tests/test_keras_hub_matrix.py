@@ -14,7 +14,7 @@ the matrix is opt-in (marker ``keras_hub_matrix``, which
 
 One config, ``mistral:2x4`` (grouped-query key/value heads on the fallback
 layout), is marked ``keras_hub`` only and runs in CI
-(``scripts/keras_hub.sh -k "2x4 and not torchrun"``). With
+(``scripts/keras_hub.sh -k "(2x4 and not torchrun) or test_keras_layout"``). With
 ``PARITY_HUB_RESULTS=path.json`` the run writes each config's numbers
 there; ``scripts/keras_hub_table.py`` renders docs/keras-hub.md's table
 from that file.

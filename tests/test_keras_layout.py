@@ -4,16 +4,19 @@ models, and the report of what a map does.
 Derivation only (no training, seconds): every decoder-LLM family of
 keras-hub 0.32.0 (``keras_support/hub_families.py``), built abstractly (no
 weights), on (2, 4) and (1, 8) ``("batch", "model")`` meshes; the five
-shipped ``get_layout_map``s; the report on a renamed layer. The torch
-measurements (local storage, the shim's warning) run in a subprocess
-(``keras_support/layout_torch_checks.py``). Marked ``keras_hub`` (needs the
-``.keras-hub`` overlay): ``bash scripts/keras_hub.sh -k layout``.
+shipped ``get_layout_map``s; the report on a renamed layer; an abstract
+Llama-3-8B. The torch measurements (local storage, the shim's warning)
+run in a subprocess per backend (``keras_support/layout_checks.py``). The
+docs example runs as written. Marked ``keras_hub`` (needs the
+``.keras-hub`` overlay); CI runs this whole file (``.ci/run``:
+``scripts/keras_hub.sh -k "(2x4 and not torchrun) or test_keras_layout"``).
+What needs no keras-hub (typed errors, the import, the same checks on a
+plain Keras model) is in the default suite: ``tests/test_keras_layout_plain.py``.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import os
 import subprocess
@@ -34,6 +37,11 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "keras_support"))
 from hub_families import DERIVE_ONLY, FAMILIES, SHIPPED, backbone_builder  # noqa: E402
+from layout_checks import (  # noqa: E402
+    assert_report_flags_a_renamed_key,
+    assert_storage_and_warning,
+    run_on_both_backends,
+)
 
 # Every family's backbone: the trained ones and those only derived.
 BACKBONES = {name: (backbone, kwargs) for name, (_, backbone, kwargs) in FAMILIES.items()} | {
@@ -164,89 +172,24 @@ def test_abstract_model_allocates_no_weight_and_reports_an_8b_llama(keras_hub):
 
 
 def test_report_names_a_key_that_matches_nothing_after_a_rename(keras_hub):
-    """keras-hub#2806: the MLP layer renamed; its keys match nothing and
-    its weights are silently replicated. The report says so."""
-    import keras
-
-    from parity import keras_layout
-
+    """keras-hub#2806 on keras-hub's Llama: the MLP layer renamed; its key
+    matches nothing and its weights are silently replicated. The report
+    says so (``layout_checks.assert_report_flags_a_renamed_key``; the
+    default suite checks the same on a plain Keras model)."""
     _, backbone, kwargs = FAMILIES["llama"]
-    model = abstract(keras_hub, backbone, kwargs)
-    mesh_ = mesh_of("2x4")
-    layout_map = keras.distribution.LayoutMap(mesh_)
-    layout_map["token_embedding/embeddings"] = ("model", None)
-    layout_map[r"transformer_layer_\d+/mlp_up/kernel"] = (None, "model")  # was feedforward_intermediate_dense
-    rep = keras_layout.report(model, layout_map, large_bytes=4 * 32 * 64)
-    assert rep.unmatched_keys == (r"transformer_layer_\d+/mlp_up/kernel",)
-    near = keras_layout.nearest_paths(rep.unmatched_keys[0], [v.path for v in rep.variables],
-                                      ranks={v.path: len(v.shape) for v in rep.variables},
-                                      rank=2)
-    assert "transformer_layer_0/feedforward_intermediate_dense/kernel" in near, near
-    assert "transformer_layer_0/feedforward_intermediate_dense/kernel" in rep.large_replicated
-    embedding = next(v for v in rep.variables if v.path == "token_embedding/embeddings")
-    assert embedding.key == "token_embedding/embeddings"
-    assert embedding.device_bytes == embedding.bytes // 4
-    table = rep.table()
-    assert table.row_count == len(model.weights)
-
-
-def test_bad_input_is_a_typed_error_naming_the_fix(keras_hub):
-    from parity import LayoutError, keras_layout
-
-    model = abstract(keras_hub, "LlamaBackbone", FAMILIES["llama"][2])
-    with pytest.raises(LayoutError, match=r"model_axis='tensor' is not an axis") as info:
-        keras_layout.layout_map_for(model, mesh_of("2x4"), model_axis="tensor")
-    assert (info.value.what, info.value.value) == ("model_axis", "tensor")
-    with pytest.raises(LayoutError, match=r"convention='zero3'") as info:
-        keras_layout.layout_map_for(model, mesh_of("2x4"), convention="zero3")
-    assert (info.value.what, info.value.value) == ("convention", "zero3")
-    with pytest.raises(LayoutError, match="must be a keras.distribution.DeviceMesh") as info:
-        keras_layout.layout_map_for(model, (2, 4))
-    assert (info.value.what, info.value.value) == ("mesh", (2, 4))
-    # Data parallel off: the model axis only.
-    only_model = keras_layout.derive(model, mesh_of("2x4"), batch_axis=None)
-    assert all("batch" not in r.axes for r in only_model.rules)
-
-
-def test_import_parity_keras_layout_loads_no_framework():
-    code = ("import parity.keras_layout, sys; "
-            "print(any(m in sys.modules for m in ('keras', 'torch', 'jax')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=child_env(), cwd=ROOT)
-    assert out.stdout.split() == ["False"]
+    assert_report_flags_a_renamed_key(abstract(keras_hub, backbone, kwargs), mesh_of("2x4"))
 
 
 @pytest.mark.timeout(1800)
 def test_torch_local_storage_equals_the_report_and_a_dead_key_warns_once():
-    """On torch + parity (8 simulated ranks): every rank's local blocks add
-    up to the report's bytes per device; a key renamed away warns once
-    (two fits), naming the key and the nearest paths; JAX's Keras stays
-    silent."""
-    script = ROOT / "tests" / "keras_support" / "layout_torch_checks.py"
-    # One backend at a time: XLA:CPU aborts a JAX collective whose device
-    # threads a busy neighbour starves for 40 s (CI stop 28).
-    results = {}
-    for backend in ("jax", "torch"):
-        proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                env=child_env(KERAS_BACKEND=backend))
-        try:
-            out, err = proc.communicate(timeout=1500)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == 0, err[-4000:]
-        line = next(x for x in out.splitlines() if x.startswith("LAYOUT_CHECK "))
-        results[backend] = json.loads(line[len("LAYOUT_CHECK "):])
-    torch = results["torch"]
-    assert torch["rank_bytes"] == [torch["report_device_bytes"]] * 8
-    assert torch["per_variable_mismatches"] == []
-    assert len(torch["warnings"]) == 1, torch["warnings"]
-    message = torch["warnings"][0]
-    assert "transformer_layer_\\\\d+/mlp_up/kernel" in message or "mlp_up" in message
-    assert "feedforward_intermediate_dense/kernel" in message
-    assert results["jax"]["warnings"] == []
-    assert results["jax"]["losses"] == pytest.approx(torch["losses"], rel=1e-5)
+    """keras-hub's Llama on torch + parity (8 simulated ranks): every rank's
+    local blocks add up to the report's bytes per device; a key renamed
+    away warns once (two fits), naming the key and the nearest paths; JAX's
+    Keras stays silent and gives the same losses
+    (``keras_support/layout_checks.py --model llama``)."""
+    runs = run_on_both_backends("llama", lambda backend: child_env(KERAS_BACKEND=backend),
+                                "--measure-only")
+    assert_storage_and_warning(runs["jax"][1], runs["torch"][1])
 
 
 @pytest.mark.timeout(900)

@@ -36,16 +36,24 @@ pytestmark = [
 ]
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "keras_support"))
-from hub_families import DERIVE_ONLY, FAMILIES, SHIPPED, backbone_builder  # noqa: E402
+from hub_families import (  # noqa: E402
+    DERIVE_ONLY,
+    FAMILIES,
+    LEFT_OUT,
+    MODULES,
+    SHIPPED,
+    TASKS_LEFT_OUT,
+    backbone_builder,
+    derivation_model,
+)
 from layout_checks import (  # noqa: E402
     assert_report_flags_a_renamed_key,
     assert_storage_and_warning,
     run_on_both_backends,
 )
 
-# Every family's backbone: the trained ones and those only derived.
-BACKBONES = {name: (backbone, kwargs) for name, (_, backbone, kwargs) in FAMILIES.items()} | {
-    name: (backbone, kwargs) for name, (backbone, kwargs, _) in DERIVE_ONLY.items()}
+# Every family: the trained ones and those only derived.
+DERIVED = sorted(FAMILIES) + sorted(DERIVE_ONLY)
 
 MESHES = {"2x4": (2, 4), "1x8": (1, 8)}
 
@@ -80,13 +88,12 @@ def axes_of(layout_map, path):
 
 
 @pytest.mark.parametrize("mesh", MESHES)
-@pytest.mark.parametrize("family", BACKBONES)
+@pytest.mark.parametrize("family", DERIVED)
 def test_derived_map_shards_every_weight_of_every_family_without_indivisible_dims(
         keras_hub, family, mesh):
     from parity import keras_layout
 
-    backbone, kwargs = BACKBONES[family]
-    model = abstract(keras_hub, backbone, kwargs)
+    model = derivation_model(family)  # the abstract backbone; Gemma4's assistant: its task
     layout_map = keras_layout.layout_map_for(model, mesh_of(mesh))
     rep = keras_layout.report(model, layout_map, large_bytes=0)
     sizes = dict(zip(("batch", "model"), MESHES[mesh]))
@@ -114,6 +121,52 @@ def test_derived_map_shards_every_weight_of_every_family_without_indivisible_dim
     for r in derivation.rules:
         if r.path.endswith("key/kernel") and len(r.shape) == 3 and 2 in r.shape:
             assert "not divisible" in r.note and r.axes[r.shape.index(2)] is None, r
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+def test_gemma4_assistant_map_lays_out_its_own_dense_layers(keras_hub, mesh):
+    """Gemma4AssistantCausalLM's three Dense layers, which its Gemma4
+    backbone does not have, get the model axis: pre_projection (the
+    target's embedding and hidden state, 128, to 32) row-parallel,
+    post_projection (32 to the target's 64) and centroids (32 to 8
+    clusters) column-parallel."""
+    from parity import keras_layout
+
+    model = derivation_model("gemma4_assistant")
+    derivation = keras_layout.layout_map_for(model, mesh_of(mesh)).parity_derivation
+    want = {"pre_projection/kernel": ((128, 32), "row", ("model", "batch")),
+            "post_projection/kernel": ((32, 64), "column", ("batch", "model")),
+            "centroids/kernel": ((32, 8), "column", ("batch", "model"))}
+    for path, (shape, role, axes) in want.items():
+        rule = derivation.rule(path)
+        assert (rule.shape, rule.role, rule.axes, rule.note) == (shape, role, axes, ""), rule
+    # Its vocabulary ordering (a float vector of token ids) stays whole.
+    ordering = [r for r in derivation.rules if r.path.endswith("/token_ordering")]
+    assert len(ordering) == 1 and not ordering[0].sharded, ordering
+
+
+def test_every_keras_hub_model_directory_is_a_family_or_left_out_with_a_reason(keras_hub):
+    """keras-hub's model directories are each a family (trained or derived
+    only, ``hub_families.MODULES`` naming the directory where it differs)
+    or in ``LEFT_OUT`` with a reason, and its language-model tasks each a
+    family's task or in ``TASKS_LEFT_OUT``: a family added to keras-hub
+    shows up here."""
+    models = Path(keras_hub.__file__).parent / "src" / "models"
+    directories = {p.name for p in models.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    covered = {MODULES.get(f, f) for f in DERIVED}
+    assert covered <= directories, covered - directories
+    assert set(LEFT_OUT) <= directories, set(LEFT_OUT) - directories
+    assert not covered & set(LEFT_OUT), covered & set(LEFT_OUT)
+    assert directories == covered | set(LEFT_OUT), directories - covered - set(LEFT_OUT)
+    assert all(len(reason) > 20 for reason in {**LEFT_OUT, **TASKS_LEFT_OUT}.values())
+    from keras_hub.src.models.audio_to_text import AudioToText
+
+    m = keras_hub.models
+    bases = (m.CausalLM, m.Seq2SeqLM, AudioToText)
+    tasks = {name for name, obj in vars(m).items()
+             if isinstance(obj, type) and issubclass(obj, bases) and obj not in bases}
+    trained = {task for task, _, _ in FAMILIES.values()}
+    assert tasks - trained == set(TASKS_LEFT_OUT), (tasks - trained) ^ set(TASKS_LEFT_OUT)
 
 
 @pytest.mark.parametrize("mesh", MESHES)

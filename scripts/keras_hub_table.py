@@ -89,12 +89,12 @@ def run_provenance(command: str) -> dict[str, Any]:
     return info
 
 
-def record_runs(path: Path, entries: dict[str, dict], command: str) -> None:
+def record_runs(path: Path, entries: dict[str, dict], provenance: dict[str, Any]) -> None:
     """Merge ``entries`` (``family:mesh`` -> result) into the results file's
-    ``runs``, each with this run's ``provenance``."""
+    ``runs``, each with the run's ``provenance`` (``run_provenance``, taken
+    when the run started)."""
     results = json.loads(path.read_text()) if path.exists() else {}
     runs = results.setdefault("runs", {})
-    provenance = run_provenance(command)
     for config, entry in entries.items():
         runs[config] = dict(entry, provenance=provenance)
     results["runs"] = dict(sorted(runs.items()))

@@ -52,7 +52,8 @@ def test_record_runs_writes_the_provenance_of_the_run(tmp_path):
     table = load_table_script()
     path = tmp_path / "results.json"
     path.write_text(json.dumps({"runs": {"old:2x4": {"error": "e"}}}))
-    table.record_runs(path, {"new:1x8": {"equal_to_jax": True}}, "pytest -k new")
+    table.record_runs(path, {"new:1x8": {"equal_to_jax": True}},
+                      table.run_provenance("pytest -k new"))
     runs = json.loads(path.read_text())["runs"]
     assert runs["old:2x4"] == {"error": "e"}
     p = runs["new:1x8"]["provenance"]

@@ -60,10 +60,14 @@ def run(backend, family, mesh_text, steps, plain=False):
     keras.backend.clear_session()
     keras.utils.set_random_seed(0)
     scope = contextlib.nullcontext()
+    # Built in plain runs too: the layers it names advance Keras's name
+    # counters, and the variable paths must be the runs' the plain one is
+    # compared with.
+    derived_from = derivation_model(family)
     if not plain:
         mesh = keras.distribution.DeviceMesh(mesh_shape, ("batch", "model"),
                                              keras.distribution.list_devices())
-        layout_map = keras_layout.layout_map_for(derivation_model(family), mesh)
+        layout_map = keras_layout.layout_map_for(derived_from, mesh)
         scope = keras.distribution.ModelParallel(layout_map=layout_map,
                                                  batch_dim_name="batch").scope()
     kind = KINDS.get(family, "causal_lm")
@@ -126,6 +130,8 @@ def draft_step(task):
     floats that would all round to token 0)."""
     import time
 
+    import keras
+
     from hub_driver import BATCH, SEQ
 
     rng = np.random.default_rng(0)
@@ -141,7 +147,8 @@ def draft_step(task):
         rng.normal(size=(BATCH, 1, width)).astype("float32"),
         rng.normal(size=cache_shape).astype("float32"), 3,
         padding_mask=np.ones((BATCH, SEQ), "int32"))
-    outputs = {"logits": np.asarray(logits).tolist(), "hidden": np.asarray(hidden).tolist()}
+    numpy = keras.ops.convert_to_numpy
+    outputs = {"logits": numpy(logits).tolist(), "hidden": numpy(hidden).tolist()}
     return outputs, time.perf_counter() - start
 
 

@@ -4,16 +4,19 @@ models, and the report of what a map does.
 Derivation only (no training, seconds): every decoder-LLM family of
 keras-hub 0.32.0 (``keras_support/hub_families.py``), built abstractly (no
 weights), on (2, 4) and (1, 8) ``("batch", "model")`` meshes; the five
-shipped ``get_layout_map``s; the report on a renamed layer. The torch
-measurements (local storage, the shim's warning) run in a subprocess
-(``keras_support/layout_torch_checks.py``). Marked ``keras_hub`` (needs the
-``.keras-hub`` overlay): ``bash scripts/keras_hub.sh -k layout``.
+shipped ``get_layout_map``s; the report on a renamed layer; an abstract
+Llama-3-8B. The torch measurements (local storage, the shim's warning)
+run in a subprocess per backend (``keras_support/layout_checks.py``). The
+docs example runs as written. Marked ``keras_hub`` (needs the
+``.keras-hub`` overlay); CI runs this whole file (``.ci/run``:
+``scripts/keras_hub.sh -k "(2x4 and not torchrun) or test_keras_layout"``).
+What needs no keras-hub (typed errors, the import, the same checks on a
+plain Keras model) is in the default suite: ``tests/test_keras_layout_plain.py``.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import os
 import subprocess
@@ -33,11 +36,24 @@ pytestmark = [
 ]
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "keras_support"))
-from hub_families import DERIVE_ONLY, FAMILIES, SHIPPED, backbone_builder  # noqa: E402
+from hub_families import (  # noqa: E402
+    DERIVE_ONLY,
+    FAMILIES,
+    LEFT_OUT,
+    MODULES,
+    SHIPPED,
+    TASKS_LEFT_OUT,
+    backbone_builder,
+    derivation_model,
+)
+from layout_checks import (  # noqa: E402
+    assert_report_flags_a_renamed_key,
+    assert_storage_and_warning,
+    run_on_both_backends,
+)
 
-# Every family's backbone: the trained ones and those only derived.
-BACKBONES = {name: (backbone, kwargs) for name, (_, backbone, kwargs) in FAMILIES.items()} | {
-    name: (backbone, kwargs) for name, (backbone, kwargs, _) in DERIVE_ONLY.items()}
+# Every family: the trained ones and those only derived.
+DERIVED = sorted(FAMILIES) + sorted(DERIVE_ONLY)
 
 MESHES = {"2x4": (2, 4), "1x8": (1, 8)}
 
@@ -72,13 +88,12 @@ def axes_of(layout_map, path):
 
 
 @pytest.mark.parametrize("mesh", MESHES)
-@pytest.mark.parametrize("family", BACKBONES)
+@pytest.mark.parametrize("family", DERIVED)
 def test_derived_map_shards_every_weight_of_every_family_without_indivisible_dims(
         keras_hub, family, mesh):
     from parity import keras_layout
 
-    backbone, kwargs = BACKBONES[family]
-    model = abstract(keras_hub, backbone, kwargs)
+    model = derivation_model(family)  # the abstract backbone; Gemma4's assistant: its task
     layout_map = keras_layout.layout_map_for(model, mesh_of(mesh))
     rep = keras_layout.report(model, layout_map, large_bytes=0)
     sizes = dict(zip(("batch", "model"), MESHES[mesh]))
@@ -106,6 +121,52 @@ def test_derived_map_shards_every_weight_of_every_family_without_indivisible_dim
     for r in derivation.rules:
         if r.path.endswith("key/kernel") and len(r.shape) == 3 and 2 in r.shape:
             assert "not divisible" in r.note and r.axes[r.shape.index(2)] is None, r
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+def test_gemma4_assistant_map_lays_out_its_own_dense_layers(keras_hub, mesh):
+    """Gemma4AssistantCausalLM's three Dense layers, which its Gemma4
+    backbone does not have, get the model axis: pre_projection (the
+    target's embedding and hidden state, 128, to 32) row-parallel,
+    post_projection (32 to the target's 64) and centroids (32 to 8
+    clusters) column-parallel."""
+    from parity import keras_layout
+
+    model = derivation_model("gemma4_assistant")
+    derivation = keras_layout.layout_map_for(model, mesh_of(mesh)).parity_derivation
+    want = {"pre_projection/kernel": ((128, 32), "row", ("model", "batch")),
+            "post_projection/kernel": ((32, 64), "column", ("batch", "model")),
+            "centroids/kernel": ((32, 8), "column", ("batch", "model"))}
+    for path, (shape, role, axes) in want.items():
+        rule = derivation.rule(path)
+        assert (rule.shape, rule.role, rule.axes, rule.note) == (shape, role, axes, ""), rule
+    # Its vocabulary ordering (a float vector of token ids) stays whole.
+    ordering = [r for r in derivation.rules if r.path.endswith("/token_ordering")]
+    assert len(ordering) == 1 and not ordering[0].sharded, ordering
+
+
+def test_every_keras_hub_model_directory_is_a_family_or_left_out_with_a_reason(keras_hub):
+    """keras-hub's model directories are each a family (trained or derived
+    only, ``hub_families.MODULES`` naming the directory where it differs)
+    or in ``LEFT_OUT`` with a reason, and its language-model tasks each a
+    family's task or in ``TASKS_LEFT_OUT``: a family added to keras-hub
+    shows up here."""
+    models = Path(keras_hub.__file__).parent / "src" / "models"
+    directories = {p.name for p in models.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    covered = {MODULES.get(f, f) for f in DERIVED}
+    assert covered <= directories, covered - directories
+    assert set(LEFT_OUT) <= directories, set(LEFT_OUT) - directories
+    assert not covered & set(LEFT_OUT), covered & set(LEFT_OUT)
+    assert directories == covered | set(LEFT_OUT), directories - covered - set(LEFT_OUT)
+    assert all(len(reason) > 20 for reason in {**LEFT_OUT, **TASKS_LEFT_OUT}.values())
+    from keras_hub.src.models.audio_to_text import AudioToText
+
+    m = keras_hub.models
+    bases = (m.CausalLM, m.Seq2SeqLM, AudioToText)
+    tasks = {name for name, obj in vars(m).items()
+             if isinstance(obj, type) and issubclass(obj, bases) and obj not in bases}
+    trained = {task for task, _, _ in FAMILIES.values()}
+    assert tasks - trained == set(TASKS_LEFT_OUT), (tasks - trained) ^ set(TASKS_LEFT_OUT)
 
 
 @pytest.mark.parametrize("mesh", MESHES)
@@ -164,89 +225,24 @@ def test_abstract_model_allocates_no_weight_and_reports_an_8b_llama(keras_hub):
 
 
 def test_report_names_a_key_that_matches_nothing_after_a_rename(keras_hub):
-    """keras-hub#2806: the MLP layer renamed; its keys match nothing and
-    its weights are silently replicated. The report says so."""
-    import keras
-
-    from parity import keras_layout
-
+    """keras-hub#2806 on keras-hub's Llama: the MLP layer renamed; its key
+    matches nothing and its weights are silently replicated. The report
+    says so (``layout_checks.assert_report_flags_a_renamed_key``; the
+    default suite checks the same on a plain Keras model)."""
     _, backbone, kwargs = FAMILIES["llama"]
-    model = abstract(keras_hub, backbone, kwargs)
-    mesh_ = mesh_of("2x4")
-    layout_map = keras.distribution.LayoutMap(mesh_)
-    layout_map["token_embedding/embeddings"] = ("model", None)
-    layout_map[r"transformer_layer_\d+/mlp_up/kernel"] = (None, "model")  # was feedforward_intermediate_dense
-    rep = keras_layout.report(model, layout_map, large_bytes=4 * 32 * 64)
-    assert rep.unmatched_keys == (r"transformer_layer_\d+/mlp_up/kernel",)
-    near = keras_layout.nearest_paths(rep.unmatched_keys[0], [v.path for v in rep.variables],
-                                      ranks={v.path: len(v.shape) for v in rep.variables},
-                                      rank=2)
-    assert "transformer_layer_0/feedforward_intermediate_dense/kernel" in near, near
-    assert "transformer_layer_0/feedforward_intermediate_dense/kernel" in rep.large_replicated
-    embedding = next(v for v in rep.variables if v.path == "token_embedding/embeddings")
-    assert embedding.key == "token_embedding/embeddings"
-    assert embedding.device_bytes == embedding.bytes // 4
-    table = rep.table()
-    assert table.row_count == len(model.weights)
-
-
-def test_bad_input_is_a_typed_error_naming_the_fix(keras_hub):
-    from parity import LayoutError, keras_layout
-
-    model = abstract(keras_hub, "LlamaBackbone", FAMILIES["llama"][2])
-    with pytest.raises(LayoutError, match=r"model_axis='tensor' is not an axis") as info:
-        keras_layout.layout_map_for(model, mesh_of("2x4"), model_axis="tensor")
-    assert (info.value.what, info.value.value) == ("model_axis", "tensor")
-    with pytest.raises(LayoutError, match=r"convention='zero3'") as info:
-        keras_layout.layout_map_for(model, mesh_of("2x4"), convention="zero3")
-    assert (info.value.what, info.value.value) == ("convention", "zero3")
-    with pytest.raises(LayoutError, match="must be a keras.distribution.DeviceMesh") as info:
-        keras_layout.layout_map_for(model, (2, 4))
-    assert (info.value.what, info.value.value) == ("mesh", (2, 4))
-    # Data parallel off: the model axis only.
-    only_model = keras_layout.derive(model, mesh_of("2x4"), batch_axis=None)
-    assert all("batch" not in r.axes for r in only_model.rules)
-
-
-def test_import_parity_keras_layout_loads_no_framework():
-    code = ("import parity.keras_layout, sys; "
-            "print(any(m in sys.modules for m in ('keras', 'torch', 'jax')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=child_env(), cwd=ROOT)
-    assert out.stdout.split() == ["False"]
+    assert_report_flags_a_renamed_key(abstract(keras_hub, backbone, kwargs), mesh_of("2x4"))
 
 
 @pytest.mark.timeout(1800)
 def test_torch_local_storage_equals_the_report_and_a_dead_key_warns_once():
-    """On torch + parity (8 simulated ranks): every rank's local blocks add
-    up to the report's bytes per device; a key renamed away warns once
-    (two fits), naming the key and the nearest paths; JAX's Keras stays
-    silent."""
-    script = ROOT / "tests" / "keras_support" / "layout_torch_checks.py"
-    # One backend at a time: XLA:CPU aborts a JAX collective whose device
-    # threads a busy neighbour starves for 40 s (CI stop 28).
-    results = {}
-    for backend in ("jax", "torch"):
-        proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                env=child_env(KERAS_BACKEND=backend))
-        try:
-            out, err = proc.communicate(timeout=1500)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == 0, err[-4000:]
-        line = next(x for x in out.splitlines() if x.startswith("LAYOUT_CHECK "))
-        results[backend] = json.loads(line[len("LAYOUT_CHECK "):])
-    torch = results["torch"]
-    assert torch["rank_bytes"] == [torch["report_device_bytes"]] * 8
-    assert torch["per_variable_mismatches"] == []
-    assert len(torch["warnings"]) == 1, torch["warnings"]
-    message = torch["warnings"][0]
-    assert "transformer_layer_\\\\d+/mlp_up/kernel" in message or "mlp_up" in message
-    assert "feedforward_intermediate_dense/kernel" in message
-    assert results["jax"]["warnings"] == []
-    assert results["jax"]["losses"] == pytest.approx(torch["losses"], rel=1e-5)
+    """keras-hub's Llama on torch + parity (8 simulated ranks): every rank's
+    local blocks add up to the report's bytes per device; a key renamed
+    away warns once (two fits), naming the key and the nearest paths; JAX's
+    Keras stays silent and gives the same losses
+    (``keras_support/layout_checks.py --model llama``)."""
+    runs = run_on_both_backends("llama", lambda backend: child_env(KERAS_BACKEND=backend),
+                                "--measure-only")
+    assert_storage_and_warning(runs["jax"][1], runs["torch"][1])
 
 
 @pytest.mark.timeout(900)

@@ -1,17 +1,23 @@
-"""Train a tiny random keras-hub decoder LLM under the layout map
+"""Train a tiny random keras-hub model under the layout map
 ``parity.keras_layout.layout_map_for`` derives, and print the result as
 JSON (issue 27's test matrix).
 
     KERAS_BACKEND=torch python tests/keras_support/hub_matrix_driver.py --configs mistral:2x4
+    KERAS_BACKEND=torch python tests/keras_support/hub_matrix_driver.py --plain --configs gemma3n:2x4
 
 Each family comes from ``hub_families.FAMILIES``; the map is derived from
-the abstract model (no weights), then the model is built under
+``hub_families.derivation_model`` (the abstract backbone, no weights; for
+Gemma4's assistant its task), then the model is built under
 ``ModelParallel`` with it. Both backends start from the same numpy weights
 and batches (``hub_driver``'s ``data`` and ``initial_weights``). One
-``HUB_RESULT`` line per config: losses, step times, final weights, each
-weight's spec as the backend sees it and as the map asked, the report's
-sharded fraction and largest device's bytes; or ``error`` (one line) when
-the family cannot run.
+``HUB_RESULT`` line per config: losses (for Gemma4's MTP assistant, whose
+``call`` raises by design: no training, one ``call_with_cache`` step's
+``outputs``), step times, final weights, each weight's spec as the backend
+sees it and as the map asked, the report's sharded fraction and largest
+device's bytes; or ``error`` (one line) when the family cannot run.
+``--plain``: the same model and batches on plain Keras (parity not
+installed, no distribution), the reference for a family whose Keras
+computes differently per backend (``LOSSES_DIFFER``)
 """
 
 from __future__ import annotations
@@ -31,72 +37,119 @@ def parse():
     p.add_argument("--configs", default="llama:2x4", help="comma-separated FAMILY:MESH")
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--devices", type=int, default=8)
+    p.add_argument("--plain", action="store_true",
+                   help="plain Keras on torch: parity not installed, no distribution "
+                        "(the mesh in each config is ignored)")
     return p.parse_args()
 
 
-def run(backend, family, mesh_text, steps):
+def run(backend, family, mesh_text, steps, plain=False):
+    import contextlib
+
     import keras
     import keras_hub
 
     from hub_driver import BATCH, initial_weights, spec_of, step_recorder, variable_keys
-    from hub_families import FAMILIES, KINDS, TASK_KWARGS, backbone_builder
+    from hub_families import FAMILIES, KINDS, backbone_builder, build_task, derivation_model
     from parity import keras_layout
 
     task_name, backbone_name, kwargs = FAMILIES[family]
-    backbone_cls = backbone_builder(backbone_name)
     mesh_shape = tuple(int(s) for s in mesh_text.split("x"))
     # Fresh layer-name counters: a config's variable paths (moe_block_2 ...)
     # must not depend on the configs this process ran before it.
     keras.backend.clear_session()
     keras.utils.set_random_seed(0)
-    mesh = keras.distribution.DeviceMesh(mesh_shape, ("batch", "model"),
-                                         keras.distribution.list_devices())
-    layout_map = keras_layout.layout_map_for(
-        keras_layout.abstract_model(backbone_cls, **kwargs), mesh)
-    distribution = keras.distribution.ModelParallel(layout_map=layout_map,
-                                                    batch_dim_name="batch")
+    scope = contextlib.nullcontext()
+    # Built in plain runs too: the layers it names advance Keras's name
+    # counters, and the variable paths must be the runs' the plain one is
+    # compared with.
+    derived_from = derivation_model(family)
+    if not plain:
+        mesh = keras.distribution.DeviceMesh(mesh_shape, ("batch", "model"),
+                                             keras.distribution.list_devices())
+        layout_map = keras_layout.layout_map_for(derived_from, mesh)
+        scope = keras.distribution.ModelParallel(layout_map=layout_map,
+                                                 batch_dim_name="batch").scope()
     kind = KINDS.get(family, "causal_lm")
-    with distribution.scope():
-        backbone = backbone_cls(**kwargs)
+    with scope:
+        backbone = backbone_builder(backbone_name)(**kwargs)
         task_cls = getattr(keras_hub.models, task_name)
-        heads = dict(TASK_KWARGS.get(family, {}))
+        heads = {}
         if kind.endswith("classifier"):
             heads["num_classes"] = CLASSES
         if "dropout" in inspect.signature(task_cls.__init__).parameters:
             heads["dropout"] = 0.0  # a classifier head's own dropout (DistilBERT's: 0.2)
-        task = task_cls(backbone=backbone, preprocessor=None, **heads)
-        x, y, sw = task_data(kind, task, steps * BATCH)
+        task = build_task(family, backbone, **heads)
         task.compile(optimizer=keras.optimizers.Adam(1e-2),
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         task.set_weights(initial_weights(task))
-        inputs = task.backbone.input
-        if isinstance(inputs, dict) and "position_ids" in inputs:
-            # Gemma4 takes positions as an input; its preprocessor gives
-            # 0..seq-1 per row.
-            x = dict(x, position_ids=np.broadcast_to(
-                np.arange(x["token_ids"].shape[1], dtype="int32"), x["token_ids"].shape).copy())
-
         record = step_recorder()
-        task.fit(x, y, sample_weight=sw, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-                 callbacks=[record])
-        rep = keras_layout.report(task, layout_map)
-        paths = variable_keys(task)  # rep.variables are in task.weights' order
-        expected = dict(zip(paths, ([[] if a is None else [a] for a in r.axes]
-                                    for r in rep.variables)))
-        return {
+        outputs = {}
+        if kind == "mtp_assistant":
+            outputs, seconds = draft_step(task)
+            record.times.append(seconds)
+        else:
+            x, y, sw = task_data(kind, task, steps * BATCH)
+            inputs = task.backbone.input
+            if isinstance(inputs, dict) and "position_ids" in inputs:
+                # Gemma4 takes positions as an input; its preprocessor gives
+                # 0..seq-1 per row.
+                x = dict(x, position_ids=np.broadcast_to(
+                    np.arange(x["token_ids"].shape[1], dtype="int32"),
+                    x["token_ids"].shape).copy())
+            task.fit(x, y, sample_weight=sw, batch_size=BATCH, epochs=1, shuffle=False,
+                     verbose=0, callbacks=[record])
+        paths = variable_keys(task)  # in task.weights' order
+        result = {
             "config": f"{family}:{mesh_text}",
-            "backend": backend,
+            "backend": backend + (" (plain Keras)" if plain else ""),
             "losses": record.losses,
+            "outputs": outputs,
             "step_seconds": record.times,
             "weights": {p: np.asarray(v.numpy()).tolist() for p, v in zip(paths, task.weights)},
-            "specs": {p: spec_of(v, backend) for p, v in zip(paths, task.weights)},
-            "expected_specs": expected,
-            "sharded_fraction": rep.sharded_fraction,
-            "device_bytes": rep.device_bytes,
-            "total_bytes": rep.total_bytes,
-            "notes": len(rep.notes),
             "mesh": list(mesh_shape),
         }
+        if plain:
+            return result
+        rep = keras_layout.report(task, layout_map)  # rep.variables: task.weights' order
+        result.update(
+            specs={p: spec_of(v, backend) for p, v in zip(paths, task.weights)},
+            expected_specs=dict(zip(paths, ([[] if a is None else [a] for a in r.axes]
+                                            for r in rep.variables))),
+            sharded_fraction=rep.sharded_fraction, device_bytes=rep.device_bytes,
+            total_bytes=rep.total_bytes, notes=len(rep.notes))
+        return result
+
+
+def draft_step(task):
+    """One ``call_with_cache`` step of Gemma4's MTP draft model (its
+    ``call`` raises by design: it only drafts for a target model), on the
+    same random target state on both backends: its logits and next hidden
+    state, and the seconds it took. The vocabulary ordering its centroid
+    head reads is set to a fixed permutation (``initial_weights`` drew
+    floats that would all round to token 0)."""
+    import time
+
+    import keras
+
+    from hub_driver import BATCH, SEQ
+
+    rng = np.random.default_rng(0)
+    vocab = task.backbone.vocabulary_size
+    task.token_ordering.assign(rng.permutation(vocab).astype("float32"))
+    width = task.backbone_hidden_size
+    layer = task.backbone.transformer_layers[0].attention
+    cache_shape = (BATCH, len(task.backbone.transformer_layers), 2, SEQ,
+                   layer.num_key_value_heads, layer.head_dim)
+    start = time.perf_counter()
+    logits, hidden = task.call_with_cache(
+        rng.normal(size=(BATCH, 1, width)).astype("float32"),
+        rng.normal(size=(BATCH, 1, width)).astype("float32"),
+        rng.normal(size=cache_shape).astype("float32"), 3,
+        padding_mask=np.ones((BATCH, SEQ), "int32"))
+    numpy = keras.ops.convert_to_numpy
+    outputs = {"logits": numpy(logits).tolist(), "hidden": numpy(hidden).tolist()}
+    return outputs, time.perf_counter() - start
 
 
 CLASSES = 4
@@ -131,6 +184,18 @@ def task_data(kind, task, n):
         x["padding_mask"] = padding_mask
         y = rng.integers(0, task.output.shape[-1], size=(n, SEQ)).astype("int32")
         return x, y, padding_mask.astype("float32")
+    if kind == "seq2seq_lm":
+        # Encoder and decoder tokens (8 each), the decoder's last 2 padded
+        # in every third row; labels: the decoder's next tokens.
+        x = {}
+        for name in sorted(names):
+            if name.endswith("token_ids"):
+                x[name] = rng.integers(1, VOCAB, size=(n, SEQ)).astype("int32")
+            elif name.endswith("padding_mask"):
+                x[name] = np.ones((n, SEQ), "int32")
+                x[name][::3, -2:] = 0
+        y = rng.integers(0, VOCAB, size=(n, SEQ)).astype("int32")
+        return x, y, x["decoder_padding_mask"].astype("float32")
     padding_mask = np.ones((n, SEQ), "int32")
     padding_mask[::3, -2:] = 0
     if "padding_mask" in names or kind == "causal_lm":
@@ -162,13 +227,18 @@ def main():
     from hub_driver import setup_backend
 
     args.torchrun = False
-    backend, ctx = setup_backend(args)
+    if args.plain:  # no parity: plain Keras on the backend the run names
+        import keras
+
+        backend, ctx = keras.backend.backend(), None
+    else:
+        backend, ctx = setup_backend(args)
 
     def run_all():
         for config in args.configs.split(","):
             family, mesh_text = config.split(":")
             try:
-                result = run(backend, family, mesh_text, args.steps)
+                result = run(backend, family, mesh_text, args.steps, plain=args.plain)
             except Exception as err:  # noqa: BLE001 - reported per config, as one line
                 traceback.print_exc()
                 result = {"config": config, "backend": backend, "error": one_line(err)}

@@ -21,8 +21,9 @@ from parity.layout import TensorLayout
 from parity.torch_impl.runtime import devices, state
 from parity.torch_impl.layouts import mesh_identity, meshes
 from parity.torch_impl.collectives.donation import check_not_donated, require_dtensor
-from parity.torch_impl.collectives.gather import evenly_sharded, gather_whole
+from parity.torch_impl.collectives.gather import gather_whole
 from parity.torch_impl.collectives.gather import merged_redistribute
+from parity.torch_impl.runtime.rank_results import first_rank_value
 from parity.torch_impl.runtime.torch_compat import rank_map
 from parity.torch_impl.layouts.tensors import (
     as_host_tensor,
@@ -134,8 +135,8 @@ def to_numpy(x: Any) -> np.ndarray:
     if isinstance(x, DTensor):
         check_not_donated(x)
         x = resolve_pending(x)
-        full = gather_whole(x) if evenly_sharded(x) else x.full_tensor()
-        x = first_rank_value(full)
+        whole = gather_whole(x)  # every rank's copy of the global array
+        x = first_rank_value(whole)
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu()
         if x.dtype == torch.bfloat16:
@@ -144,15 +145,6 @@ def to_numpy(x: Any) -> np.ndarray:
             return x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
         return x.numpy()
     return np.asarray(x)
-
-
-def first_rank_value(t: torch.Tensor) -> torch.Tensor:
-    """A plain tensor from a value every rank holds alike (the lowest rank's
-    copy of a simulated ``LocalTensor``; a plain tensor as it is)."""
-    local_tensors = getattr(t, "_local_tensors", None)
-    if local_tensors is not None:
-        return local_tensors[min(local_tensors)]
-    return t
 
 
 def local_block(x: DTensor, device_index: int) -> torch.Tensor:

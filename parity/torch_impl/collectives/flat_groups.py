@@ -19,7 +19,7 @@ from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 from parity.torch_impl.collectives.blocks import Group
 from parity.torch_impl.layouts.meshes import mesh_axis_names
 from parity.torch_impl.runtime import state
-from parity.torch_impl.runtime.torch_compat import flatten_registry
+from parity.torch_impl.runtime.torch_compat import flatten_registry, flattened_mesh
 
 # (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
 # unique; name is the flattened mesh's name (None for a single mesh dim).
@@ -46,15 +46,15 @@ def entry(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> tuple[TorchMesh, Group
     if found is not None and found[0] is mesh:
         return found
     if len(mesh_dims) == 1:
-        entry = (mesh, Group(mesh, mesh_dims[0], direct), None)
+        group_mesh, group_dim, name = mesh, mesh_dims[0], None
     else:
         picked = tuple(mesh_axis_names(mesh)[m] for m in mesh_dims)
         name = "parity_flat:" + ",".join(picked)
-        flat = mesh[picked]._flatten(name)
+        group_mesh, group_dim = flattened_mesh(mesh, picked, name), 0
         registry = flatten_registry(mesh)
-        if registry is not None and registry.get(name) is flat:
+        if registry is not None and registry.get(name) is group_mesh:
             del registry[name]  # see the module docstring
-        entry = (mesh, Group(flat, 0, direct), name)
+    entry = (mesh, Group(group_mesh, group_dim, direct), name)
     _entries[key] = entry
     return entry
 

@@ -22,7 +22,6 @@ neither side of that redistribute holds a strided shard.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +33,7 @@ from parity.torch_impl.collectives.donation import require_dtensor
 from parity.torch_impl.collectives import flat_groups
 from parity.torch_impl.collectives.blocks import all_gather_block
 from parity.torch_impl.collectives.redistribute import resolve_pending
-from parity.torch_impl.layouts.specs import mesh_axis_names, spec_of
+from parity.torch_impl.layouts.specs import evenly_sharded, mesh_axis_names, spec_of
 from parity.torch_impl.runtime.torch_compat import StridedShard
 from parity.torch_impl.layouts.tensors import result_spec
 
@@ -67,19 +66,11 @@ def merged_redistribute(x: DTensor, placements: Sequence[Placement]) -> DTensor:
         return x.redistribute(x.device_mesh, placements)
 
 
-def evenly_sharded(x: DTensor) -> bool:
-    """Whether every dim of ``x`` divides by its shard count (parity's own
-    layouts always do; a raw DTensor may not)."""
-    spec = spec_of(x)
-    sizes = dict(zip(mesh_axis_names(x.device_mesh), x.device_mesh.shape))
-    return all(n % math.prod([sizes[a] for a in entry]) == 0  # a list: dynamo
-               for n, entry in zip(x.shape, spec))
-
-
 def gather_whole(x: DTensor) -> torch.Tensor:
-    """The global array of ``x`` (no pending reduction, evenly sharded) as a
-    plain tensor on every rank (a ``LocalTensor`` of equal blocks when
-    simulated), through at most one all_gather."""
+    """The global array of ``x`` (no pending reduction) as a plain tensor on
+    every rank (a ``LocalTensor`` of equal blocks when simulated), through
+    at most one all_gather; an unevenly sharded ``x`` (a raw DTensor's) through
+    DTensor's ``full_tensor``."""
     mesh_dims = sharding_mesh_dims(x)
     local = x._local_tensor.contiguous()
     if not mesh_dims:
@@ -87,6 +78,8 @@ def gather_whole(x: DTensor) -> torch.Tensor:
     mesh = x.device_mesh
     spec = spec_of(x)  # LayoutError for strided shards no spec describes
     names = mesh_axis_names(mesh)
+    if not evenly_sharded(x):
+        return x.full_tensor()
     group = flat_groups.group(mesh, mesh_dims)
     gathered = all_gather_block(local.view(-1), 0, group)
     gathered = gathered.view(*(mesh.shape[m] for m in mesh_dims), *local.shape)

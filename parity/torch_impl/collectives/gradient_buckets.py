@@ -144,7 +144,7 @@ def _complete(members: list[tuple[torch.Tensor | None, DTensor]], dims: tuple[in
     """One all_reduce over mesh dims ``dims`` (their flattened group when
     several) for all ``members``' blocks: a leaf's waiting gradient
     (``(leaf, grad)``) is accumulated into its ``.grad``, a root
-    (``(None, root)``) gets its completion remembered (``resolved``; a mean
+    (``(None, root)``) gets its completion remembered (``remember_resolved``; a mean
     divided by the group's size after the sum, as its own all_reduce does)."""
     mesh = members[0][1].device_mesh
     blocks = [t._local_tensor for _, t in members]
@@ -178,20 +178,15 @@ def _completed(x: DTensor, block: torch.Tensor) -> DTensor:
     return DTensor(block, spec, requires_grad=False)
 
 
+# A root's remembered completion: ``(x._version, completion)``, taken by
+# ``redistribute.resolve_pending`` while ``x`` is not changed in place.
 RESOLVED_ATTR = "_parity_resolved"
 
 
 def remember_resolved(x: DTensor, done: DTensor) -> None:
     """``done`` is ``x`` with its pending reductions completed, for as long
-    as ``x`` is not changed in place (``resolved``)."""
+    as ``x`` is not changed in place (``RESOLVED_ATTR``)."""
     setattr(x, RESOLVED_ATTR, (x._version, done))
-
-
-def resolved(x: DTensor) -> DTensor | None:
-    """The completion remembered for ``x`` (``None``: none, or ``x`` was
-    changed in place since)."""
-    found = getattr(x, RESOLVED_ATTR, None)
-    return found[1] if found is not None and found[0] == x._version else None
 
 
 class _Resolved(torch.autograd.Function):

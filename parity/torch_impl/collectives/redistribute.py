@@ -31,7 +31,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from parity.layout import Spec
-from parity.torch_impl.collectives.gradient_buckets import leaf_entry, resolved
+from parity.torch_impl.collectives.gradient_buckets import RESOLVED_ATTR, leaf_entry
 from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
 from parity.torch_impl.collectives.relabel import is_relabel, relabeled
 from parity.torch_impl.layouts.specs import placements_for
@@ -101,9 +101,10 @@ def resolve_pending(x: DTensor) -> DTensor:
     if not any(isinstance(p, Partial) for p in x.placements):
         return x
     if not torch.compiler.is_dynamo_compiling():
-        done = resolved(x)
-        if done is not None:
-            return done
+        # (version, completion) remembered by gradient_buckets while x is unchanged
+        found = getattr(x, RESOLVED_ATTR, None)
+        if found is not None and found[0] == x._version:
+            return found[1]
     return merged(x, [Replicate() if isinstance(p, Partial) else p for p in x.placements])
 
 

@@ -36,8 +36,7 @@ from parity.torch_impl.semantics import axis_overrides
 from parity.torch_impl.semantics.traced_errors import raise_error
 from parity.torch_impl.collectives.redistribute import resolve_pending
 from parity.torch_impl.layouts.specs import placements_for, spec_and_pending
-from parity.torch_impl.layouts.unreduced import Unreduced, retype, unreduced_axes
-from parity.torch_impl.semantics import unreduced_ops
+from parity.torch_impl.semantics.unreduced import Unreduced, as_partial, retype, typed, unreduced_axes
 
 
 @contextlib.contextmanager
@@ -153,12 +152,12 @@ def _to_unreduced(x: DTensor, layout: TensorLayout, axes: frozenset[str]) -> DTe
                   for n, p in zip(mesh.axis_names, placements_for(layout.spec, tmesh))]
         return retype(current, tuple(target), 1.0 / math.prod([mesh.axis_size(n) for n in sorted(axes)]))
     # Already unreduced over `axes`: only the other dims move (the terms stay pending).
-    plain = unreduced_ops.as_partial(x)
+    plain = as_partial(x)
     tmesh = plain.device_mesh
     target = tuple(Partial("sum") if n in axes else p
                    for n, p in zip(mesh.axis_names, placements_for(layout.spec, tmesh)))
     moved = plain if tuple(plain.placements) == target else plain.redistribute(tmesh, target)
-    return unreduced_ops.typed(moved, tuple(n for n in mesh.axis_names if n in axes), "reshard")
+    return typed(moved, tuple(n for n in mesh.axis_names if n in axes), "reshard")
 
 
 def _p(spec: Spec) -> str:

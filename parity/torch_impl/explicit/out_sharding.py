@@ -43,7 +43,7 @@ from parity.partition_spec import PartitionSpec
 from parity.torch_impl.collectives.redistribute import redistribute_to, resolve_pending
 from parity.torch_impl.explicit.api import reshard
 from parity.torch_impl.layouts.specs import spec_of
-from parity.torch_impl.semantics import axis_overrides, unreduced_ops
+from parity.torch_impl.semantics import axis_overrides, unreduced
 from parity.torch_impl.semantics.traced_errors import raise_error
 
 
@@ -97,7 +97,7 @@ def _pending(op: Callable[..., torch.Tensor], operands: tuple, out_sharding: Par
             f"{set(contracting) or '{}'}. Fix: shard the contracting dims of both operands over "
             f"{sorted(wanted)} (reshard), or drop unreduced=.",
             op=what, fix=f"reshard the contracting dims to {wanted}")
-    return reshard(unreduced_ops.typed(out, wanted, what), out_sharding)
+    return reshard(unreduced.typed(out, wanted, what), out_sharding)
 
 
 def matmul(a: Any, b: Any, *, out_sharding: Any = None) -> torch.Tensor:

@@ -26,6 +26,7 @@ from torch.distributed.tensor import DTensor
 
 import parity
 from parity.torch_impl.arrays import distribute as _dist
+from parity.torch_impl.runtime.rank_results import first_rank_value
 from parity.torch_impl.runtime import devices
 from parity.torch_impl.layouts import meshes
 from parity.torch_impl.layouts.specs import placements_for
@@ -208,7 +209,7 @@ def _host_value(x):
     """A plain host value from a plain tensor, or from a ``LocalTensor``
     whose ranks hold equal values (values Keras builds inside ``simulate``)."""
     if getattr(x, "_local_tensors", None) is not None:
-        return _dist.first_rank_value(x)
+        return first_rank_value(x)
     if hasattr(x, "__array__") and not isinstance(x, (torch.Tensor, np.ndarray)):
         return np.asarray(x)
     return x

@@ -245,6 +245,14 @@ def axis_sizes(mesh) -> dict[str, int]:
     return dict(zip(mesh_axis_names(mesh), mesh.shape))
 
 
+def evenly_sharded(x: DTensor) -> bool:
+    """Whether every dim of ``x`` divides by its shard count (parity's own
+    layouts always do; a raw DTensor may not)."""
+    sizes = axis_sizes(x.device_mesh)
+    return all(n % math.prod([sizes[a] for a in entry]) == 0  # a list: dynamo
+               for n, entry in zip(x.shape, spec_of(x)))
+
+
 def has_strided(x: DTensor) -> bool:
     """Whether a mesh dim of ``x`` holds a strided shard (a dim split over
     several mesh axes, or a reshape's result, which may be undescribable)."""

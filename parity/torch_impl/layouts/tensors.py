@@ -75,21 +75,23 @@ def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
 def from_local_blocks(
     local: torch.Tensor, layout: TensorLayout, global_shape: Sequence[int]
 ) -> DTensor:
-    """Wrap each rank's block (already computed) as a DTensor of ``layout``."""
-    return from_local_on_mesh(local, meshes.to_torch_mesh(layout.require_mesh()), layout.spec,
+    """Wrap each rank's block (already computed) as a DTensor of ``layout``.
+    Raises ``LayoutError`` for an axis the mesh lacks."""
+    torch_mesh = meshes.to_torch_mesh(layout.require_mesh())
+    return from_local_on_mesh(local, torch_mesh, placements_for(layout.spec, torch_mesh),
                               global_shape)
 
 
 def from_local_on_mesh(
-    local: torch.Tensor, torch_mesh: Any, spec: Spec, global_shape: Sequence[int]
+    local: torch.Tensor, torch_mesh: Any, placements: Sequence[Any], global_shape: Sequence[int]
 ) -> DTensor:
-    """Wrap each rank's block as a contiguous DTensor laid out as ``spec`` on
+    """Wrap each rank's block as a contiguous DTensor with ``placements`` on
     the torch mesh itself (an op's result beside its operands: no round trip
-    through a parity mesh). Raises ``LayoutError`` for an axis the mesh lacks."""
+    through a parity mesh)."""
     return DTensor.from_local(
         local,
         torch_mesh,
-        placements_for(spec, torch_mesh),
+        placements,
         run_check=False,
         shape=torch.Size(global_shape),
         stride=contiguous_stride(global_shape),

@@ -1,5 +1,6 @@
 """One op's per-rank results combined as torch's ``LocalTensorMode`` combines
-them (``_combine_rank_results``), with the common case built directly.
+them (``_combine_rank_results``), with the common case built directly; and
+read back as one value where every rank holds the same (``first_rank_value``).
 
 Torch builds each result ``LocalTensor`` through ``LocalTensor.__new__``,
 whose ``_compute_local_tensor_meta`` walks every rank's every dimension in
@@ -89,3 +90,12 @@ def wrap_blocks(blocks: dict[int, torch.Tensor], ranks: frozenset[int]) -> Local
     wrapper._ranks = ranks
     wrapper._size = list(shape)
     return wrapper
+
+
+def first_rank_value(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor from a value every rank holds alike (the lowest rank's
+    copy of a simulated ``LocalTensor``; a plain tensor as it is)."""
+    local_tensors = getattr(t, "_local_tensors", None)
+    if local_tensors is not None:
+        return local_tensors[min(local_tensors)]
+    return t

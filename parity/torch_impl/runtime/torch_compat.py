@@ -99,6 +99,13 @@ maybe_disable_local_tensor_mode: Callable[[], contextlib.AbstractContextManager]
 simulation)."""
 
 
+def flattened_mesh(mesh, axis_names: tuple[str, ...], name: str):
+    """The 1-D mesh of ``mesh``'s axes ``axis_names`` flattened into one,
+    named ``name`` (``DeviceMesh._flatten``: torch also records it in the
+    root mesh's ``flatten_registry``)."""
+    return mesh[axis_names]._flatten(name)
+
+
 def flatten_registry(mesh) -> dict | None:
     """The root mesh's registry of flattened meshes (name -> mesh), where
     DTensor's redistribute looks for one to merge its collectives into (torch

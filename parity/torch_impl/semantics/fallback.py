@@ -84,7 +84,7 @@ from torch.distributed.tensor.experimental import implicit_replication
 
 from parity.errors import UnsupportedOpError
 from parity.torch_impl.runtime.torch_compat import tree_map
-from parity.torch_impl.arrays.distribute import first_rank_value
+from parity.torch_impl.runtime.rank_results import first_rank_value
 from parity.torch_impl.semantics import dtensor_errors, pending
 from parity.torch_impl.collectives import gather, redistribute
 from parity.torch_impl.semantics.rules.registry import torch_ops

@@ -102,17 +102,21 @@ def run_local_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
     keepdim = bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
     extra = {k: v for k, v in kwargs.items() if k not in ("dim", "keepdim")}
     dim %= x.ndim
-    spec = list(S.spec_of(x))
+    mesh = x.device_mesh
+    # the operand with ``dim`` gathered, and the result: both conversions at once
+    spec = S.spec_of(x)
+    gathered = spec[:dim] + ((),) + spec[dim + 1:]
+    result = gathered if keepdim else gathered[:dim] + gathered[dim + 1:]
+    source, target = S.placements_for(gathered, mesh), S.placements_for(result, mesh)
     if spec[dim]:
-        spec[dim] = ()
-        x = redistribute.redistribute_to(x, tuple(spec))
+        x = redistribute.move(x, source)
     local = func(x.to_local(), dim, keepdim, **extra)
     shape = list(x.shape)
     if keepdim:
         shape[dim] = 1
     else:
-        del spec[dim], shape[dim]
-    return from_local_on_mesh(local, x.device_mesh, tuple(spec), shape)
+        del shape[dim]
+    return from_local_on_mesh(local, mesh, target, shape)
 
 
 def _advanced_index_with_grad(args: tuple, kwargs: dict) -> Any:

@@ -54,8 +54,9 @@ from parity.torch_impl.semantics import (
     loss_parallel,
     operands,
     pending,
+    reshard,
     rules,
-    unreduced_ops,
+    unreduced,
     zero_tensor_grads,
 )
 from parity.torch_impl.collectives import compiled_buckets, gradient_buckets, redistribute
@@ -358,7 +359,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if loss_parallel.applies(func) or name in _OBSERVERS:
         # DTensor's own parallel loss (the user asked for it), or an op that
         # looks at values: pending sums completed, then the op as it is
-        args, kwargs = operands.map_dtensors(args, kwargs, lambda loc, t: pending.complete(t))
+        args, kwargs = operands.completed(args, kwargs)
         return func(*args, **kwargs)
     if name == "__array_wrap__":
         return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
@@ -371,8 +372,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         array = to_numpy(args[0])
         dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
         return array if dtype is None else array.astype(dtype)
-    if unreduced_ops.involved(args, kwargs):  # a typed pending sum (P(unreduced=)): JAX's rules
-        return unreduced_ops.run(func, name, args, kwargs)
+    if unreduced.involved(args, kwargs):  # a typed pending sum (P(unreduced=)): JAX's rules
+        return unreduced.run_on_unreduced(func, name, args, kwargs)
     if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] != "per_rank":
         return random_ops.run(func, args, kwargs, mesh,  # the unsharded program's values
                               counter=_state.options[-1]["random"] == "counter")
@@ -393,7 +394,7 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
                 plan, actions, keep_partial = decision.decision_with(typed, args, kwargs, mesh,
                                                                      defer, grad)
     if actions:
-        args, kwargs, moved = operands.prepared(func, args, kwargs, actions, grad)
+        args, kwargs, moved = reshard.prepared(func, args, kwargs, actions, grad)
     else:  # no operand needs anything (the decision says so once per description)
         moved = False
     out, direct = compute.compute(func, name, args, kwargs, mesh, grad)

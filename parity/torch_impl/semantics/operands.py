@@ -1,6 +1,7 @@
-"""An op's operands under ``jax_semantics()``: found (``find_mesh``),
-promoted, rehomed, mapped (``map_dtensors``) and laid out as the decision
-says (``prepared``).
+"""An op's operands under ``jax_semantics()`` before its decision: found
+(``find_mesh``), promoted, rehomed, completed for a value observer
+(``completed``), numpy's result wrapped (``wrap_numpy_result``); laid out
+as the decision says after it: ``reshard``.
 
 Mixed operands: what JAX does with host data that meets a sharded array.
 
@@ -30,8 +31,7 @@ from parity.torch_impl.runtime import state
 from parity.torch_impl.layouts import mesh_identity
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.layouts.tensors import as_host_tensor
-from parity.torch_impl.semantics import grad_guard, pending
-from parity.torch_impl.semantics.fallback import inplace_by_name, op_name
+from parity.torch_impl.semantics import pending
 
 _SEQ = (list, tuple)
 
@@ -81,9 +81,22 @@ def find_mesh(args: tuple, kwargs: dict) -> tuple[Any, bool, bool]:
 def rehome(args: tuple, kwargs: dict, mesh) -> tuple[tuple, dict]:
     """``(args, kwargs)`` with every DTensor operand on the mesh object
     ``mesh`` (``mesh_identity.rehome``: same blocks, differentiable)."""
+    return _each_dtensor(args, kwargs, lambda t: _rehome_one(t, mesh))
+
+
+def completed(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` with every DTensor operand's pending sums
+    completed (``pending.complete``): what a value observer (``item``,
+    ``numpy``...) and DTensor's own parallel loss are handed."""
+    return _each_dtensor(args, kwargs, pending.complete)
+
+
+def _each_dtensor(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` with ``fn(t)`` for each DTensor ``t`` (one level
+    into lists and tuples)."""
     def one(value):
         if isinstance(value, DTensor):
-            return _rehome_one(value, mesh)
+            return fn(value)
         if isinstance(value, _SEQ) and any(isinstance(v, DTensor) for v in value):
             return type(value)(one(v) for v in value)
         return value
@@ -227,62 +240,3 @@ def wrap_numpy_result(like: DTensor, array: Any) -> DTensor:
     spec = S.spec_of(like) if shape == tuple(like.shape) else ((),) * len(shape)
     spec = R.fit_to_shape(spec, shape, S.axis_sizes(mesh))
     return move(replicated, S.placements_for(spec, mesh))
-
-
-def map_dtensors(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
-    """``(args, kwargs)`` with ``fn(locator, t)`` for each DTensor ``t``
-    (one level into lists and tuples; locators as ``decision.operands``).
-    Index loops, not ``enumerate`` or generators: dynamo traces those
-    through its polyfills, several times the instructions, on every op."""
-    mapped_args = []
-    for i in range(len(args)):
-        mapped_args.append(_mapped(("a", i), args[i], fn))
-    mapped_kwargs = {}
-    for k in kwargs:
-        mapped_kwargs[k] = _mapped(("k", k), kwargs[k], fn)
-    return tuple(mapped_args), mapped_kwargs
-
-
-def _mapped(loc: tuple, value: Any, fn) -> Any:
-    if isinstance(value, DTensor):
-        return fn(loc, value)
-    if not isinstance(value, (list, tuple)):
-        return value
-    items, found = [], False
-    for j in range(len(value)):
-        item = value[j]
-        if isinstance(item, DTensor):
-            items.append(fn(loc + (j,), item))
-            found = True
-        else:
-            items.append(item)
-    return type(value)(items) if found else value
-
-
-def prepared(func: Any, args: tuple, kwargs: dict, actions: tuple,
-             grad: bool) -> tuple[tuple, dict, bool]:
-    """``(args, kwargs, moved)``: each DTensor operand of ``func`` as the
-    decision's ``actions`` say, in ``map_dtensors``' order (a pending sum
-    completed, redistributed, a leaf guarded); ``moved`` whether any operand
-    changed (the call is then never clean). An operand ``func`` writes into
-    is never completed: ``UnsupportedOpError`` (``pending.refuse_write``)."""
-    visits = [0]
-    moved = [False]
-
-    def prepare(loc, t: DTensor) -> DTensor:
-        complete, target, guard, kept = actions[visits[0]]
-        visits[0] += 1
-        if complete:
-            if loc == ("k", "out") or (loc == ("a", 0) and inplace_by_name(func)):
-                pending.refuse_write(op_name(func), t)
-            t = pending.complete(t)
-            moved[0] = True  # a pending operand: the call is never clean
-        out = t if target is None else move(t, target, guard=guard)
-        if out is not t or kept:
-            moved[0] = True
-            if grad and out.requires_grad and not torch.compiler.is_compiling():
-                out = grad_guard.guard(out)
-        return out
-
-    prepared_args, prepared_kwargs = map_dtensors(args, kwargs, prepare)
-    return prepared_args, prepared_kwargs, moved[0]

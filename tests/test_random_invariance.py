@@ -53,6 +53,13 @@ OPS = {
     "init.kaiming_uniform_": lambda x: torch.nn.init.kaiming_uniform_(x.clone()),
     "init.trunc_normal_": lambda x: torch.nn.init.trunc_normal_(x.clone()),
     "init.xavier_normal_": lambda x: torch.nn.init.xavier_normal_(x.clone()),
+    # (an output size of 3 or more: with 1 or 2 the regions are not random)
+    "fractional_max_pool2d": lambda x: F.fractional_max_pool2d(
+        x, 1, output_size=3, return_indices=True)[0],
+    "fractional_max_pool3d": lambda x: F.fractional_max_pool3d(
+        torch.stack([x, -x, 2 * x], 2), 1, output_size=(2, 3, 3)),  # batched
+    "fractional_max_pool3d_unbatched": lambda x: F.fractional_max_pool3d(
+        x, 1, output_size=(3, 3, 3)),
 }
 
 

@@ -20,7 +20,7 @@ from parity.layout import TensorLayout
 from parity.torch_impl.runtime import devices, state
 from parity.torch_impl.layouts import mesh_identity, meshes
 from parity.torch_impl.collectives.donation import check_not_donated, require_dtensor
-from parity.torch_impl.collectives.gather import evenly_sharded, gather_whole
+from parity.torch_impl.collectives.whole import evenly_sharded, gather_whole
 from parity.torch_impl.collectives.gather import merged_redistribute
 from parity.torch_impl.runtime.torch_compat import rank_map
 from parity.torch_impl.layouts.tensors import (

@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from parity.layout import Spec
+from parity.torch_impl.collectives import strided_reshard
 from parity.torch_impl.collectives.gradient_buckets import leaf_entry, resolved
 from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
 from parity.torch_impl.collectives.relabel import is_relabel, relabeled
@@ -78,13 +79,16 @@ def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     else changed: a relabel (``relabel``), no redistribute. Where neither
     applies (no such axes, a strided shard on either side, dynamo tracing,
     which cannot create a flattened mesh) it is DTensor's redistribute
-    unchanged."""
+    unchanged -- except a strided one that gathers on several mesh axes:
+    one all_gather of the whole array (``strided_reshard``)."""
     placements = tuple(placements)
     mesh = x.device_mesh
     groups = merge_groups(tuple(x.placements), placements)
     strided = _strided(x.placements) or _strided(placements)
     if is_relabel(x, placements):  # pending only on mesh axes of size 1: nothing moves
         return relabeled(x, placements)
+    if strided and strided_reshard.applies(x, placements):
+        return strided_reshard.reshard(x, placements)  # one all_gather, not one per axis
     if not groups or strided or torch.compiler.is_dynamo_compiling():
         return x.redistribute(mesh, placements)
     with contextlib.ExitStack() as stack:

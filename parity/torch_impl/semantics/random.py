@@ -33,7 +33,8 @@ plain torch calls it -- and each rank keeps its block:
   copies its block in;
 * the rest (``bernoulli``, ``multinomial``, ``normal`` with tensor
   arguments, ``poisson``, the alpha dropouts, ``rrelu`` in training,
-  ``scaled_dot_product_attention`` with ``dropout_p > 0``): the operands
+  ``scaled_dot_product_attention`` with ``dropout_p > 0``, fractional max
+  pooling without ``_random_samples``): the operands
   are gathered and the op runs on every rank's full copy (``fallback``), the
   result laid out as the first operand (attention: as the query's batch and
   head dims).
@@ -113,12 +114,18 @@ _IN_PLACE = frozenset(getattr(torch.Tensor, name) for name in (
 # tensor of the operand's shape, the block copied in, as the in-place ops.
 _INIT = frozenset({torch.nn.init.uniform_, torch.nn.init.normal_,
                    torch.nn.init.kaiming_uniform_})
+# fractional max pooling draws its pooling regions (``torch.rand`` of the
+# batch and channel sizes) unless ``_random_samples`` is given
+# (without indices torch hands the public boolean-dispatch function over)
+_FRACTIONAL_POOL = frozenset({F.fractional_max_pool2d, F.fractional_max_pool3d,
+                              F.fractional_max_pool2d_with_indices,
+                              F.fractional_max_pool3d_with_indices})
 _GATHERED = frozenset({
     torch.bernoulli, torch.Tensor.bernoulli, torch.multinomial, torch.Tensor.multinomial,
     torch.normal, torch.poisson, F.alpha_dropout, F.feature_alpha_dropout,
     torch.alpha_dropout, torch.feature_alpha_dropout, F.rrelu, torch.rrelu,
     F.scaled_dot_product_attention,
-})
+}) | _FRACTIONAL_POOL
 _ALPHA = frozenset({F.alpha_dropout, F.feature_alpha_dropout, torch.alpha_dropout,
                     torch.feature_alpha_dropout})
 RANDOM_OPS = _DROPOUT | _FEATURE_DROPOUT | _LIKE | _IN_PLACE | _INIT | _GATHERED
@@ -156,6 +163,8 @@ def draws(func: Any, args: tuple, kwargs: dict) -> bool:
         return _arg(args, kwargs, 4, "dropout_p", 0.0) > 0
     if func in (F.rrelu, torch.rrelu):
         return bool(_arg(args, kwargs, 3, "training", False))
+    if func in _FRACTIONAL_POOL:
+        return _arg(args, kwargs, 5, "_random_samples", None) is None
     return True
 
 

@@ -220,19 +220,25 @@ def test_the_suite_guard_fails_a_block_where_dtensor_splits_a_collective():
 
 
 # DTensor gathered these one mesh axis at a time ("2 sequential all_gather
-# operations"; strided shards: a dim split over axes out of mesh order)
-STRIDED_RESHARDS = [
-    ("2x4", (("model", "data"), None), (("data",), None)),
-    ("2x4", (("data", "model"), None), (("model", "data"), None)),
-    ("2x4", (("model", "data"), None), (None, ("model", "data"))),
-    ("2x2x2", (None, ("c", "b")), (("b",), ("a",))),
-    ("2x2x2", (("c", "b"), None), (("a", "c", "b"), None)),
-    ("2x2x2", (("c", "a"), None), (None, ("b", "a", "c"))),
+# operations"): strided shards (a dim split over axes out of mesh order),
+# re-nested shards, and the backward of a scatter over both axes.
+# (mesh, source, target, all_gathers forward, all_gathers backward)
+RESHARDS = [
+    ("2x4", (("model", "data"), None), (("data",), None), 1, 1),
+    ("2x4", (("data", "model"), None), (("model", "data"), None), 1, 1),
+    ("2x4", (("model", "data"), None), (None, ("model", "data")), 1, 1),
+    ("2x2x2", (None, ("c", "b")), (("b",), ("a",)), 1, 1),
+    ("2x2x2", (("c", "b"), None), (("a", "c", "b"), None), 1, 1),
+    ("2x2x2", (("c", "a"), None), (None, ("b", "a", "c")), 1, 1),
+    ("2x2x2", (("a", "b", "c"), None), (("c",), None), 1, 1),  # (S0,S0,S0) -> (R,R,S0)
+    ("2x2x2", (None, ("a", "b", "c")), (("c",), ("b",)), 1, 1),
+    ("2x4", (None, None), (("data", "model"), None), 0, 1),  # its backward gathers
 ]
 
 
-@pytest.mark.parametrize("mesh_name, src, dst", STRIDED_RESHARDS)
-def test_strided_reshard_is_one_all_gather_and_its_gradient_too(mesh_name, src, dst):
+@pytest.mark.parametrize("mesh_name, src, dst, forward_gathers, backward_gathers", RESHARDS)
+def test_reshard_dtensor_splits_is_one_all_gather_and_its_gradient_too(
+        mesh_name, src, dst, forward_gathers, backward_gathers):
     shape, names = MESHES[mesh_name]
     value = np.arange(64, dtype=np.float32).reshape(8, 8)
     weight = np.arange(64, dtype=np.float32).reshape(8, 8)[::-1].copy()
@@ -248,12 +254,12 @@ def test_strided_reshard_is_one_all_gather_and_its_gradient_too(mesh_name, src, 
             (y * w).sum().backward()
         np.testing.assert_array_equal(T.to_numpy(x.grad), weight)
         assert tuple(x.grad.placements) == tuple(x.placements)
-    assert _gathers(forward) == 1, forward.get_comm_counts()
-    assert _gathers(backward) == 1, backward.get_comm_counts()
+    assert _gathers(forward) == forward_gathers, forward.get_comm_counts()
+    assert _gathers(backward) == backward_gathers, backward.get_comm_counts()
 
 
 def test_gathered_mesh_dims_counts_every_shard_of_a_changed_dim():
-    from parity.torch_impl.collectives.strided_reshard import gathered_mesh_dims
+    from parity.torch_impl.collectives.whole_reshard import gathered_mesh_dims, needed
     from parity.torch_impl.runtime.torch_compat import StridedShard
 
     r, s0, s1 = Replicate(), Shard(0), Shard(1)
@@ -262,6 +268,10 @@ def test_gathered_mesh_dims_counts_every_shard_of_a_changed_dim():
     assert gathered_mesh_dims((strided, s0), (s0, r)) == (0, 1)
     assert gathered_mesh_dims((s1, strided, s0), (s1, r, s0)) == (1, 2)  # dim 1 untouched
     assert gathered_mesh_dims((s1, s0), (s1, s0)) == ()
+    # what DTensor merges itself (one change, to Replicate, on every gathered axis): not needed
+    assert not needed((s0, s0), (r, r)) and not needed((s0, s0, s1), (r, r, s1))
+    assert needed((s0, s0, s0), (r, r, s0)) and needed((s0, s1), (r, r))
+    assert not needed((Partial("sum"), s0), (r, r))  # pending: an all_reduce, merged elsewhere
 
 
 def test_an_op_dtensor_replicates_by_itself_under_implicit_replication_is_one_all_gather():

@@ -3,7 +3,7 @@ whose dims are split over two mesh axes (as Keras's output layouts do inside
 a ``jit_compile=True`` step) compiles, with eager's values and spec.
 
 Eagerly parity lets DTensor merge the gathers of such an array through a
-flattened mesh (``gather.merged_redistribute``); creating that mesh while
+flattened mesh (``redistribute.merged``); creating that mesh while
 dynamo traces fails under fake tensors ("RuntimeError when making fake
 tensor call"), which broke the compiled Keras MLP with output layouts.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sequential_collectives
 import torch
 
 import parity
@@ -41,7 +42,11 @@ def test_a_relayout_of_an_array_split_over_two_axes_compiles(sim8, source, targe
         return sim8.distribute_tensor(t, layout)
 
     torch._dynamo.reset()
-    got = torch.compile(relayout, backend="aot_eager", fullgraph=True, dynamic=False)(x)
+    # no flattened mesh can be made while dynamo traces: the compiled graph
+    # gathers one mesh axis at a time, and DTensor says so (a known limit,
+    # kept out of the suite's guard in tests/conftest.py)
+    with sequential_collectives.collected():
+        got = torch.compile(relayout, backend="aot_eager", fullgraph=True, dynamic=False)(x)
     want = relayout(x)
     np.testing.assert_array_equal(sim8.to_numpy(got), HOST)
     assert sim8.describe(got).spec == sim8.describe(want).spec

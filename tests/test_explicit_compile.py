@@ -8,8 +8,11 @@ is laid out by parity's rule when compiled as when eager."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
+import sequential_collectives
 import torch
 
 import parity
@@ -56,8 +59,14 @@ def test_shard_map_runs_inside_torch_compile(sim8):
     with ti.set_mesh(_mesh()), ti.jax_semantics():
         for run in (step, _compile(step)):
             x = ti.device_put(X, IN).requires_grad_()
-            out, loss = run(x)
-            torch.autograd.backward([loss, out], [torch.ones_like(loss), torch.zeros_like(out)])
+            # compiled: no flattened mesh can be made while dynamo traces, so
+            # the graph completes the loss's sum one mesh axis at a time and
+            # DTensor says so (a known limit, kept out of the suite's guard)
+            with (sequential_collectives.collected() if run is not step
+                  else contextlib.nullcontext()):
+                out, loss = run(x)
+                torch.autograd.backward([loss, out], [torch.ones_like(loss),
+                                                      torch.zeros_like(out)])
             results.append((str(ti.typeof(out)), ti.to_numpy(out), str(ti.typeof(x.grad)),
                             ti.to_numpy(x.grad)))
     (t_eager, v_eager, g_type_eager, g_eager), (t_comp, v_comp, g_type_comp, g_comp) = results

@@ -7,6 +7,7 @@ NCCL under torchrun.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -27,6 +28,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from parity import torch_impl as ti  # noqa: E402
+from test_random_invariance import LAYOUTS as RANDOM_LAYOUTS  # noqa: E402
+from test_random_invariance import OPS as RANDOM_OPS  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -125,6 +128,57 @@ def test_conformance_report_made_on_cuda_matches_the_cpu_reference(tmp_path):
                            "--json", str(tmp_path / "c.json")], capture_output=True, text=True)
     summary = json.loads((tmp_path / "c.json").read_text())["summary"]
     assert proc.returncode == 0, summary
+
+
+@pytest.mark.parametrize("random", ["invariant", "counter"])
+@pytest.mark.parametrize("layout", RANDOM_LAYOUTS, ids=lambda c: f"{c[0]}-{c[2]}")
+def test_random_ops_on_cuda_give_the_unsharded_cuda_programs_values(layout, random):
+    # issue 25: every random op draws on its operand's device from that
+    # device's generator; the reference is the same program on plain CUDA
+    # tensors after the same torch.manual_seed (under "counter": in the same
+    # scope, where plain tensors draw from threefry too)
+    shape, names, spec = layout
+    value = host((8, 8, 4, 4))
+    reference_scope = (lambda: ti.jax_semantics(random="counter")) if random == "counter" else (
+        contextlib.nullcontext)
+    with ti.simulate(8, device="cuda"):
+        mesh = parity.DeviceMesh(shape, names)
+        for name, op in RANDOM_OPS.items():
+            torch.manual_seed(7)
+            with reference_scope():
+                expected = op(torch.from_numpy(value).cuda()).cpu().numpy()
+            x = ti.distribute_tensor(value, L(spec, mesh))
+            torch.manual_seed(7)
+            with ti.jax_semantics(random=random):
+                out = op(x)
+            assert all(ti.local_block(out, r).is_cuda for r in range(8)), name
+            np.testing.assert_array_equal(ti.to_numpy(out), expected, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=lambda d: str(d).removeprefix("torch."))
+def test_fused_cuda_dropout_values_and_gradient_on_cuda(dtype):
+    # on CUDA F.dropout is torch's fused kernel (its own mask; half types
+    # computed in float32 and rounded once): values and the gradient's mask
+    # equal the unsharded CUDA program's
+    value = host((8, 8, 4, 4))
+    plain = torch.from_numpy(value).to("cuda", dtype).requires_grad_()
+    torch.manual_seed(3)
+    ref = torch.nn.functional.dropout(plain, 0.3)
+    (ref * ref).sum().backward()
+    with ti.simulate(8, device="cuda"):
+        mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+        x = ti.distribute_tensor(plain.detach().cpu(), L(("data", "model", None, None), mesh))
+        x.requires_grad_()
+        torch.manual_seed(3)
+        with ti.jax_semantics():
+            out = torch.nn.functional.dropout(x, 0.3)
+            (out * out).sum().backward()
+        assert tuple(out.placements) == tuple(x.placements)
+        got = np.asarray(ti.to_numpy(out), np.float32)
+        grad = np.asarray(ti.to_numpy(x.grad), np.float32)
+    np.testing.assert_array_equal(got, ref.detach().float().cpu().numpy())
+    np.testing.assert_array_equal(grad, plain.grad.float().cpu().numpy())
 
 
 @pytest.mark.multiprocess

@@ -1,15 +1,17 @@
 """Keras's seeded random ops under a distribution (issue 25).
 
-* over 8 simulated ranks (``tests/keras_support/random_checks.py``, one
-  subprocess with ``KERAS_BACKEND=torch``): every ``keras.random`` op and
+* over 8 simulated ranks on the (2, 4) and (2, 2, 2) meshes
+  (``tests/keras_support/random_checks.py``, one subprocess with
+  ``KERAS_BACKEND=torch``): every ``keras.random`` op and
   ``Dropout``, seeded by an int, by a ``SeedGenerator`` made under the
   distribution or unseeded, called outside a train step, gives every rank
   plain Keras's values (before: ranks after the first drew further along an
   explicit generator, and a ``SeedGenerator`` raised DTensor's "mixed
   torch.Tensor and DTensor");
 * on 4 gloo ranks (``tests/multiprocess/keras_dropout_worker.py``): a model
-  with two ``Dropout`` layers trained 2 steps under ``ModelParallel`` ends
-  with the weights the same model gets in one plain process.
+  with two ``Dropout`` layers trained 2 steps under ``ModelParallel`` on a
+  (2, 2) ``("batch", "model")`` mesh (each process passes its half of the
+  batch) ends with the weights the same model gets in one plain process.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ def test_keras_random_ops_give_plain_values_on_every_simulated_rank():
         cwd=ROOT,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    assert "ok Dropout of a sharded input" in proc.stdout
-    assert proc.stdout.count("ok ") == 9 * 3 + 1, proc.stdout
+    for mesh in ("2x4", "2x2x2"):
+        assert f"ok {mesh} Dropout of a sharded input" in proc.stdout
+        assert proc.stdout.count(f"ok {mesh} ") == 9 * 3 + 1, proc.stdout
 
 
 @pytest.mark.multiprocess

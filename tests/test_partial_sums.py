@@ -225,3 +225,97 @@ def test_defer_completes_a_sum_before_a_scalar_is_added_in_one_all_reduce(add_sc
     assert placements == (Replicate(), Replicate()) == results[False][1]
     np.testing.assert_array_equal(values, results[False][0])
     assert warnings_seen() == []
+
+
+def test_the_suite_guard_fails_a_block_where_dtensor_splits_a_collective():
+    # tests/conftest.py runs every test inside sequential_collectives.forbidden;
+    # DTensor's own redistribute of a dim split over both axes warns (one
+    # all_gather per axis), parity's does not
+    import sequential_collectives
+
+    value = np.arange(64, dtype=np.float32).reshape(8, 8)
+    with T.simulate(8):
+        mesh = DeviceMesh((2, 4), ("data", "model"))
+        x = T.distribute_tensor(value, TensorLayout((("data", "model"), None), mesh))
+        with pytest.raises(AssertionError, match="in this block.*2 sequential all_gather.*merged"):
+            with sequential_collectives.forbidden("this block"):
+                x.redistribute(x.device_mesh, [Replicate(), Replicate()])
+        with sequential_collectives.forbidden("parity's gather"):
+            np.testing.assert_array_equal(T.to_numpy(T.all_gather_variable(x)), value)
+
+
+# DTensor gathered these one mesh axis at a time ("2 sequential all_gather
+# operations"): strided shards (a dim split over axes out of mesh order),
+# re-nested shards, and the backward of a scatter over both axes.
+# (mesh, source, target, all_gathers forward, all_gathers backward)
+RESHARDS = [
+    ("2x4", (("model", "data"), None), (("data",), None), 1, 1),
+    ("2x4", (("data", "model"), None), (("model", "data"), None), 1, 1),
+    ("2x4", (("model", "data"), None), (None, ("model", "data")), 1, 1),
+    ("2x2x2", (None, ("c", "b")), (("b",), ("a",)), 1, 1),
+    ("2x2x2", (("c", "b"), None), (("a", "c", "b"), None), 1, 1),
+    ("2x2x2", (("c", "a"), None), (None, ("b", "a", "c")), 1, 1),
+    ("2x2x2", (("a", "b", "c"), None), (("c",), None), 1, 1),  # (S0,S0,S0) -> (R,R,S0)
+    ("2x2x2", (None, ("a", "b", "c")), (("c",), ("b",)), 1, 1),
+    ("2x4", (None, None), (("data", "model"), None), 0, 1),  # its backward gathers
+]
+
+
+@pytest.mark.parametrize("mesh_name, src, dst, forward_gathers, backward_gathers", RESHARDS)
+def test_reshard_dtensor_splits_is_one_all_gather_and_its_gradient_too(
+        mesh_name, src, dst, forward_gathers, backward_gathers):
+    shape, names = MESHES[mesh_name]
+    value = np.arange(64, dtype=np.float32).reshape(8, 8)
+    weight = np.arange(64, dtype=np.float32).reshape(8, 8)[::-1].copy()
+    with T.simulate(8), T.jax_semantics():
+        mesh = DeviceMesh(shape, names)
+        x = T.distribute_tensor(value, TensorLayout(src, mesh)).requires_grad_()
+        w = T.distribute_tensor(weight, TensorLayout(dst, mesh))
+        with CommDebugMode() as forward:
+            y = T.distribute_tensor(x, TensorLayout(dst, mesh))
+        assert T.describe(y).spec == tuple(tuple(e) if e else () for e in dst)
+        np.testing.assert_array_equal(T.to_numpy(y), value)
+        with CommDebugMode() as backward:
+            (y * w).sum().backward()
+        np.testing.assert_array_equal(T.to_numpy(x.grad), weight)
+        assert tuple(x.grad.placements) == tuple(x.placements)
+    assert _gathers(forward) == forward_gathers, forward.get_comm_counts()
+    assert _gathers(backward) == backward_gathers, backward.get_comm_counts()
+
+
+def test_gathered_mesh_dims_counts_every_shard_of_a_changed_dim():
+    from parity.torch_impl.collectives.whole_reshard import gathered_mesh_dims, needed
+    from parity.torch_impl.runtime.torch_compat import StridedShard
+
+    r, s0, s1 = Replicate(), Shard(0), Shard(1)
+    strided = StridedShard(0, split_factor=2)
+    assert gathered_mesh_dims((r, strided, s0), (s0, strided, s0)) == (1, 2)  # one added
+    assert gathered_mesh_dims((strided, s0), (s0, r)) == (0, 1)
+    assert gathered_mesh_dims((s1, strided, s0), (s1, r, s0)) == (1, 2)  # dim 1 untouched
+    assert gathered_mesh_dims((s1, s0), (s1, s0)) == ()
+    # what DTensor merges itself (one change, to Replicate, on every gathered axis): not needed
+    assert not needed((s0, s0), (r, r)) and not needed((s0, s0, s1), (r, r, s1))
+    assert needed((s0, s0, s0), (r, r, s0)) and needed((s0, s1), (r, r))
+    assert not needed((Partial("sum"), s0), (r, r))  # pending: an all_reduce, merged elsewhere
+
+
+def test_an_op_dtensor_replicates_by_itself_under_implicit_replication_is_one_all_gather():
+    # fallback.run_implicit (a plain tensor made inside an op beside a
+    # DTensor, as fractional max pooling's regions): DTensor's own strategy
+    # replicates the operand split over both axes -- with the flattened
+    # meshes registered, one all_gather, not one per axis
+    from parity.torch_impl.semantics import fallback
+
+    value = np.random.default_rng(0).standard_normal((8, 8, 4, 4)).astype(np.float32)
+    regions = torch.rand(1, 8, 3, generator=torch.Generator().manual_seed(0))
+
+    def pool(x):
+        return torch.ops.aten.fractional_max_pool3d(x, [2, 2, 2], [3, 2, 2], regions)[0]
+
+    with T.simulate(8):
+        mesh = DeviceMesh((2, 4), ("data", "model"))
+        x = T.distribute_tensor(value, TensorLayout((("data", "model"), None, None, None), mesh))
+        with CommDebugMode() as comm:
+            out = fallback.run_implicit(pool, (x,), {}, x.device_mesh)
+        np.testing.assert_array_equal(T.to_numpy(out), pool(torch.from_numpy(value)).numpy())
+    assert _gathers(comm) == 1, comm.get_comm_counts()

@@ -36,10 +36,11 @@ OPS = {
     "dropout3d_unbatched": lambda x: F.dropout3d(x, 0.5),  # (C, D, H, W)
     "alpha_dropout": lambda x: F.alpha_dropout(x, 0.5, True),
     "rrelu_inplace": lambda x: F.rrelu(x.clone(), training=True, inplace=True),
-    # factories (no operand to shard): plain draws that meet the DTensor
-    "rand": lambda x: x + torch.rand(tuple(x.shape)),
-    "randn": lambda x: x * torch.randn(tuple(x.shape)),
-    "randint": lambda x: x + torch.randint(0, 5, tuple(x.shape)),
+    # factories (no operand to shard): plain draws on the operand's device
+    # that meet the DTensor
+    "rand": lambda x: x + torch.rand(tuple(x.shape), device=x.device),
+    "randn": lambda x: x * torch.randn(tuple(x.shape), device=x.device),
+    "randint": lambda x: x + torch.randint(0, 5, tuple(x.shape), device=x.device),
     "rand_like": torch.rand_like,
     "randn_like": torch.randn_like,
     "randint_like": lambda x: torch.randint_like(x, 10),
@@ -52,6 +53,13 @@ OPS = {
     "init.kaiming_uniform_": lambda x: torch.nn.init.kaiming_uniform_(x.clone()),
     "init.trunc_normal_": lambda x: torch.nn.init.trunc_normal_(x.clone()),
     "init.xavier_normal_": lambda x: torch.nn.init.xavier_normal_(x.clone()),
+    # (an output size of 3 or more: with 1 or 2 the regions are not random)
+    "fractional_max_pool2d": lambda x: F.fractional_max_pool2d(
+        x, 1, output_size=3, return_indices=True)[0],
+    "fractional_max_pool3d": lambda x: F.fractional_max_pool3d(
+        torch.stack([x, -x, 2 * x], 2), 1, output_size=(2, 3, 3)),  # batched
+    "fractional_max_pool3d_unbatched": lambda x: F.fractional_max_pool3d(
+        x, 1, output_size=(3, 3, 3)),
 }
 
 
@@ -188,6 +196,74 @@ def test_a_per_rank_call_does_not_decide_later_calls(sim8):
     with ti.jax_semantics():
         out = torch.nn.Dropout(0.5)(x)
     np.testing.assert_array_equal(ti.to_numpy(out), expected)
+
+
+_FACTORIES = frozenset({torch.empty, torch.empty_strided, torch.zeros, torch.ones, torch.full,
+                        torch.arange, torch.rand, torch.randn, torch.randint, torch.tensor,
+                        torch.randperm})
+
+
+class _FactoryDevices(torch.overrides.TorchFunctionMode):
+    """Records each tensor factory call and the ``device`` it names."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _FACTORIES:
+            self.calls.append((func.__name__, kwargs.get("device")))
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("random", ["invariant", "counter"])
+def test_every_random_op_draws_on_its_operands_device(sim8, random):
+    # On CUDA each device has its own generator: a buffer made without
+    # device= lands on the CPU and draws the CPU generator's values, not the
+    # unsharded CUDA program's (tests/test_gpu.py checks the values on a GPU).
+    # Here: every tensor the random ops make names its device.
+    shape, names, spec = LAYOUTS[0]
+    x = ti.distribute_tensor(_value(), L(spec, parity.DeviceMesh(shape, names)))
+    made = {}
+    for name, op in OPS.items():
+        record = _FactoryDevices()  # below the semantics mode: sees what it makes
+        torch.manual_seed(0)
+        with record, ti.jax_semantics(random=random):
+            op(x)
+        made[name] = len(record.calls)
+        unnamed = [factory for factory, device in record.calls if device is None]
+        assert not unnamed, f"{name}: {unnamed} made without device= (lands on the CPU)"
+        elsewhere = [(f, d) for f, d in record.calls
+                     if torch.device(d) not in (x.device, torch.device("meta"))]  # meta: shapes
+        assert not elsewhere, f"{name}: {elsewhere} made on another device than {x.device}"
+    assert all(made[name] for name in ("dropout", "rand_like", "normal_", "randn")), made
+
+
+@pytest.mark.parametrize("layout", [LAYOUTS[0], LAYOUTS[3]], ids=["2x4", "2x2x2"])
+def test_fused_dropout_branch_gives_native_dropouts_values(sim8, monkeypatch, layout):
+    # On CUDA torch's F.dropout is the fused native_dropout kernel, whose mask
+    # is not bernoulli_'s. Its branch, run here on the CPU's native_dropout:
+    # the sharded result equals native_dropout of the whole tensor.
+    from parity.torch_impl.semantics import random as random_ops
+
+    monkeypatch.setattr(random_ops, "_FUSED_DROPOUT_DEVICES", frozenset({"cpu"}))
+    taken = []
+    fused_noise = random_ops._fused_noise
+    monkeypatch.setattr(random_ops, "_fused_noise", lambda x, p: taken.append(p) or fused_noise(x, p))
+    shape, names, spec = layout
+    value = _value()
+    for p in (0.3, 0.5):
+        torch.manual_seed(6)
+        expected = torch.native_dropout(torch.from_numpy(value), p, True)[0].numpy()
+        x = ti.distribute_tensor(value, L(spec, parity.DeviceMesh(shape, names)))
+        torch.manual_seed(6)
+        with ti.jax_semantics():
+            out = F.dropout(x, p)
+            F.dropout(x, p, inplace=True)  # torch's dropout_: bernoulli_ on every device
+        np.testing.assert_array_equal(ti.to_numpy(out), expected)
+        assert tuple(out.placements) == tuple(x.placements)
+    assert taken == [0.3, 0.5]
 
 
 def test_unknown_random_option_is_a_parity_error():

@@ -41,22 +41,28 @@ MESHES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
 }
 ALL_SCHEMES = ("first", "last", "split", "joint")
 
-# Ops whose values are random or uninitialised: no unsharded reference exists.
-_NONDETERMINISTIC = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform",
-                     "exponential", "geometric", "cauchy", "log_normal", "empty",
-                     "poisson", "randint", "randperm", "rrelu", "fractional_max_pool")
+# Ops whose values are uninitialised memory: no reference exists (exact op
+# names: a word match also dropped deterministic ops such as ``normalize``).
+_UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "empty_permuted",
+                            "new_empty", "new_empty_strided"})
+# Random factories without a tensor operand to shard (op_db does not mark
+# them ``is_factory_function``).
+_RANDOM_FACTORIES = frozenset({"randn", "randint"})
 
 # Random ops whose values jax_semantics() makes the unsharded program's
 # (parity/torch_impl/semantics/random.py): counted, not skipped. OpInfo seeds
 # each call of these (``wrapper_set_seed``), so the reference and every case
-# draw from the same generator state.
-_RANDOM_COUNTED = frozenset({
+# draw from the same generator state. (fractional_max_pool draws its random
+# samples with a plain ``torch.rand`` of the batch and channel sizes: the
+# unsharded program's values under the same seed.)
+RANDOM_COUNTED = frozenset({
     "cauchy", "exponential", "geometric", "log_normal", "normal.in_place", "uniform",
     "nn.functional.rrelu", "randn_like", "rand_like", "randint_like", "multinomial",
     "normal", "normal.number_mean", "bernoulli", "nn.functional.dropout",
     "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
     "nn.functional.feature_alpha_dropout.with_train",
     "nn.functional.feature_alpha_dropout.without_train",
+    "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",
 })
 
 Spec = tuple[tuple[str, ...], ...]
@@ -95,11 +101,10 @@ def float32_ops(names: Sequence[str] = ()) -> list[Any]:
 
 def skip_reason(op: Any) -> str | None:
     """Why an op as a whole has no unsharded reference, or ``None``."""
-    name = op.name.lower()
-    if op_key(op) in _RANDOM_COUNTED:
-        return None
-    if any(word in name for word in _NONDETERMINISTIC):
-        return "random or uninitialised values: no deterministic reference"
+    if op.name in _UNINITIALISED:
+        return "uninitialised values: no deterministic reference"
+    if op.name in _RANDOM_FACTORIES:
+        return "random factory function: no tensor operand to shard"
     if getattr(op, "is_factory_function", False):
         return "factory function: no tensor operand to shard"
     return None

@@ -1,5 +1,5 @@
-"""Keras's seeded random ops under a distribution over 8 simulated ranks
-(issue 25), run by ``tests/test_keras_random.py`` with
+"""Keras's seeded random ops under a distribution over 8 simulated ranks, on
+the (2, 4) and (2, 2, 2) meshes (issue 25), run by ``tests/test_keras_random.py`` with
 ``KERAS_BACKEND=torch``: every ``keras.random`` op and ``Dropout`` (seeded
 by an int, by a ``SeedGenerator`` made under the distribution, or unseeded)
 called inside a ``ModelParallel`` scope but outside any train step gives
@@ -57,32 +57,47 @@ def draw(op, seed_kind):
     return op(seed), op(seed)  # a SeedGenerator / the global one advances
 
 
-def main() -> None:
-    ti.install_keras()
-    expected = {(name, kind): [keras.ops.convert_to_numpy(v) for v in draw(op, kind)]
-                for name, op in OPS.items() for kind in SEEDS}
+# (mesh shape, axis names, shape and layout of the sharded input)
+MESHES = [
+    ((2, 4), ("batch", "model"), (8, 16), ("batch", "model")),
+    ((2, 2, 2), ("batch", "model", "seq"), (8, 4, 16), ("batch", "seq", "model")),
+]
+
+
+def check_mesh(expected, shape, names, x_shape, layout) -> None:
+    """Every op on every simulated rank of one mesh, then ``Dropout`` of an
+    input laid out as ``layout``; prints ``ok <mesh> <name>`` per check."""
+    tag = "x".join(map(str, shape))
     with ti.simulate(8):
-        mesh = kd.DeviceMesh((2, 4), ("batch", "model"), kd.list_devices())
+        mesh = kd.DeviceMesh(shape, names, kd.list_devices())
         distribution = kd.ModelParallel(layout_map=kd.LayoutMap(mesh), batch_dim_name="batch")
         with distribution.scope():
             for (name, kind), want in expected.items():
                 for i, (value, ref) in enumerate(zip(draw(OPS[name], kind), want)):
                     for rank, got in enumerate(per_rank(value)):
                         np.testing.assert_array_equal(
-                            got, ref, err_msg=f"{name} seed={kind} call {i} rank {rank}")
-                print(f"ok {name} seed={kind}", flush=True)
+                            got, ref, err_msg=f"{tag} {name} seed={kind} call {i} rank {rank}")
+                print(f"ok {tag} {name} seed={kind}", flush=True)
             # a sharded input: the mask is laid out as the input
             keras.utils.set_random_seed(5)
-            x = np.random.default_rng(0).normal(size=(8, 16)).astype("float32")
-            sharded = kd.distribute_tensor(x, kd.TensorLayout(("batch", "model"), mesh))
+            x = np.random.default_rng(0).normal(size=x_shape).astype("float32")
+            sharded = kd.distribute_tensor(x, kd.TensorLayout(layout, mesh))
             got = keras.layers.Dropout(0.5, seed=7)(sharded, training=True)
-            assert tuple(ti.describe(got).spec) == (("batch",), ("model",)), ti.describe(got)
+            assert tuple(ti.describe(got).spec) == tuple((a,) for a in layout), ti.describe(got)
             got = ti.to_numpy(got)
     keras.utils.set_random_seed(5)
     want = keras.ops.convert_to_numpy(keras.layers.Dropout(0.5, seed=7)(torch.from_numpy(x),
                                                                        training=True))
-    np.testing.assert_array_equal(got, want, err_msg="Dropout of a sharded input")
-    print("ok Dropout of a sharded input", flush=True)
+    np.testing.assert_array_equal(got, want, err_msg=f"{tag} Dropout of a sharded input")
+    print(f"ok {tag} Dropout of a sharded input", flush=True)
+
+
+def main() -> None:
+    ti.install_keras()
+    expected = {(name, kind): [keras.ops.convert_to_numpy(v) for v in draw(op, kind)]
+                for name, op in OPS.items() for kind in SEEDS}
+    for mesh in MESHES:
+        check_mesh(expected, *mesh)
 
 
 if __name__ == "__main__":

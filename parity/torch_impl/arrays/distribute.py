@@ -21,8 +21,7 @@ from parity.layout import TensorLayout
 from parity.torch_impl.runtime import devices, state
 from parity.torch_impl.layouts import mesh_identity, meshes
 from parity.torch_impl.collectives.donation import check_not_donated, require_dtensor
-from parity.torch_impl.collectives.gather import gather_whole
-from parity.torch_impl.collectives.gather import merged_redistribute
+from parity.torch_impl.collectives.whole import gather_whole
 from parity.torch_impl.runtime.rank_results import first_rank_value
 from parity.torch_impl.runtime.torch_compat import rank_map
 from parity.torch_impl.layouts.tensors import (
@@ -31,7 +30,7 @@ from parity.torch_impl.layouts.tensors import (
     global_shape_from_local,
     require_layout,
 )
-from parity.torch_impl.collectives.redistribute import resolve_pending
+from parity.torch_impl.collectives.redistribute import merged, resolve_pending
 from parity.torch_impl.layouts.specs import placements_for
 
 
@@ -73,8 +72,8 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
             )
         x = mesh_identity.rehome(x, torch_mesh)
         x = resolve_pending(x)
-        # one all_gather, not one per mesh axis, where DTensor can merge
-        return merged_redistribute(x, placements_for(layout.spec, torch_mesh))
+        # one collective, not one per mesh axis (redistribute.merged)
+        return merged(x, placements_for(layout.spec, torch_mesh))
     host = as_host_tensor(x)
     layout.check_shape(host.shape)
     shards = layout.shards(host.shape)

@@ -12,14 +12,19 @@ redistribute that holds none (``gather``, ``redistribute``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
+from typing import Any
 
+import torch
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
+from torch.distributed.tensor import DTensor, Replicate
 
 from parity.torch_impl.collectives.blocks import Group
 from parity.torch_impl.layouts.meshes import mesh_axis_names
+from parity.torch_impl.layouts.specs import has_strided
 from parity.torch_impl.runtime import state
-from parity.torch_impl.runtime.torch_compat import flatten_registry, flattened_mesh
+from parity.torch_impl.runtime.torch_compat import flatten_registry, flattened_mesh, tree_flatten
 
 # (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
 # unique; name is the flattened mesh's name (None for a single mesh dim).
@@ -74,3 +79,35 @@ def registered(mesh: TorchMesh, mesh_dims: tuple[int, ...]) -> Iterator[None]:
     finally:
         if registry.get(name) is group.mesh:
             del registry[name]
+
+
+@contextlib.contextmanager
+def every_registered(mesh: TorchMesh) -> Iterator[None]:
+    """The flattened mesh of every set of two or more of ``mesh``'s dims in
+    its registry while the block runs, so that DTensor merges whichever
+    per-axis collectives its own plan holds. The caller makes sure no
+    strided shard is involved (torch asserts on one)."""
+    with contextlib.ExitStack() as stack:
+        for n in range(2, mesh.ndim + 1):
+            for dims in itertools.combinations(range(mesh.ndim), n):
+                stack.enter_context(registered(mesh, dims))
+        yield
+
+
+def merging(mesh: TorchMesh, operands: Any) -> contextlib.AbstractContextManager:
+    """``every_registered(mesh)`` around a call in which DTensor lays its
+    ``operands`` (any pytree) out by itself -- an op run on DTensor's own
+    strategy, which gathers or completes one mesh axis at a time and logs
+    "N sequential all_gather operations" unless it finds a flattened mesh --
+    when some operand is split or pending on two or more mesh dims and none
+    holds a strided shard; not while dynamo traces (no flattened mesh can be
+    created under fake tensors). Otherwise a block that does nothing."""
+    if mesh.ndim < 2 or torch.compiler.is_dynamo_compiling():
+        return contextlib.nullcontext()
+    several = False
+    for value in tree_flatten(operands)[0]:
+        if isinstance(value, DTensor):
+            if has_strided(value):
+                return contextlib.nullcontext()
+            several = several or sum(not isinstance(p, Replicate) for p in value.placements) > 1
+    return every_registered(mesh) if several else contextlib.nullcontext()

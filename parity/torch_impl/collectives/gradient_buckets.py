@@ -52,7 +52,6 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from parity.torch_impl.collectives.blocks import all_reduce_block
 from parity.torch_impl.collectives.flat_groups import group as flat_group
-from parity.torch_impl.collectives.relabel import is_relabel, relabeled
 from parity.torch_impl.layouts.tensors import contiguous_stride
 from parity.torch_impl.runtime.torch_compat import DTensorSpec, TensorMeta
 
@@ -326,12 +325,12 @@ class _LeafEntry(torch.autograd.Function):
         if _defers(target, grad):
             return None, None  # the bucket accumulates it into .grad
         if tuple(grad.placements) != target.placements:
-            # what DTensor's redistribute node gave the leaf: its placement
-            # (a completion over mesh axes of size 1 moves nothing: relabeled)
-            if is_relabel(grad, target.placements):
-                grad = relabeled(grad, target.placements)
-            else:
-                grad = grad.redistribute(target.mesh, target.placements)
+            # what DTensor's redistribute node gave the leaf: its placement, in
+            # one collective where several mesh axes change (a completion over
+            # mesh axes of size 1 moves nothing: relabeled)
+            from parity.torch_impl.collectives.redistribute import merged  # it imports this module
+
+            grad = merged(grad, target.placements)
         return grad, None
 
 

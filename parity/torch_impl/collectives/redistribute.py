@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from parity.layout import Spec
+from parity.torch_impl.collectives import whole_reshard
 from parity.torch_impl.collectives.gradient_buckets import RESOLVED_ATTR, leaf_entry
 from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
 from parity.torch_impl.collectives.relabel import is_relabel, relabeled
@@ -74,23 +75,69 @@ def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     sums, means, maxima or minima completed, a dim's shards gathered --
     merged by DTensor into one over those axes' flattened group
     (``merge_groups``; the flattened meshes are registered for this one
-    call). Pending values completed on mesh axes of size 1 and nothing
-    else changed: a relabel (``relabel``), no redistribute. Where neither
-    applies (no such axes, a strided shard on either side, dynamo tracing,
-    which cannot create a flattened mesh) it is DTensor's redistribute
+    call), and a redistribute DTensor would gather axis by axis without
+    merging (a strided shard, re-nested shards) taken in one all_gather of
+    the whole array (``whole_reshard``). Backward is the reverse
+    redistribute by the same rules (DTensor's own backward would split it
+    per axis). Pending values completed on mesh axes of size 1 and nothing
+    else changed: a relabel (``relabel``), no redistribute. While dynamo
+    traces (no flattened mesh can be created) it is DTensor's redistribute
     unchanged."""
     placements = tuple(placements)
-    mesh = x.device_mesh
-    groups = merge_groups(tuple(x.placements), placements)
-    strided = _strided(x.placements) or _strided(placements)
     if is_relabel(x, placements):  # pending only on mesh axes of size 1: nothing moves
         return relabeled(x, placements)
-    if not groups or strided or torch.compiler.is_dynamo_compiling():
+    if torch.compiler.is_dynamo_compiling():
+        return x.redistribute(x.device_mesh, placements)
+    current = tuple(x.placements)
+    if x.requires_grad and torch.is_grad_enabled() and (
+            whole_reshard.needed(current, placements)  # not differentiable by itself
+            or _splits_per_axis(placements, _backward_target(placements, current))):
+        return _Merged.apply(x, placements)
+    return _one_collective(x, placements)
+
+
+def _one_collective(x: DTensor, placements: tuple) -> DTensor:
+    """``merged``'s forward (see there), not differentiable by itself where
+    it gathers the whole array."""
+    mesh = x.device_mesh
+    if whole_reshard.applies(x, placements):
+        return whole_reshard.reshard(x, placements)  # one all_gather, not one per axis
+    groups = merge_groups(tuple(x.placements), placements)
+    if not groups or _strided(x.placements) or _strided(placements):
         return x.redistribute(mesh, placements)
     with contextlib.ExitStack() as stack:
         for dims in groups:
             stack.enter_context(registered_flat_mesh(mesh, dims))
         return x.redistribute(mesh, placements)
+
+
+def _splits_per_axis(current: tuple, target: tuple) -> bool:
+    """Whether DTensor alone would take one collective per mesh axis from
+    ``current`` to ``target`` where ``merged`` takes one."""
+    return bool(merge_groups(current, target)) or whole_reshard.needed(current, target)
+
+
+def _backward_target(current: tuple, previous: tuple) -> tuple:
+    """Where DTensor's redistribute backward lays a gradient with
+    ``current`` placements out: ``previous``, but a pending value there
+    stays replicated where the gradient is sharded or replicated (torch's
+    ``_redistribute_backward``: no pending gradient is made)."""
+    return tuple(Replicate() if isinstance(p, Partial) and not isinstance(c, Partial) else p
+                 for c, p in zip(current, previous))
+
+
+class _Merged(torch.autograd.Function):
+    """``_one_collective`` with its backward by the same rules: DTensor's
+    own backward of a redistribute gathers a gradient axis by axis."""
+
+    @staticmethod
+    def forward(ctx, x: DTensor, placements: tuple) -> DTensor:  # type: ignore[override]
+        ctx.previous = tuple(x.placements)
+        return _one_collective(x, placements)
+
+    @staticmethod
+    def backward(ctx, grad: DTensor):  # type: ignore[override]
+        return merged(grad, _backward_target(tuple(grad.placements), ctx.previous)), None
 
 
 def resolve_pending(x: DTensor) -> DTensor:

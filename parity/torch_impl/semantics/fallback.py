@@ -86,7 +86,7 @@ from parity.errors import UnsupportedOpError
 from parity.torch_impl.runtime.torch_compat import tree_map
 from parity.torch_impl.runtime.rank_results import first_rank_value
 from parity.torch_impl.semantics import dtensor_errors, pending
-from parity.torch_impl.collectives import gather, redistribute
+from parity.torch_impl.collectives import flat_groups, gather, redistribute
 from parity.torch_impl.semantics.rules.registry import torch_ops
 
 # Ops whose DTensor strategy gives wrong values for some placements: always
@@ -296,9 +296,12 @@ def run_replicated(func: Any, args: tuple, kwargs: dict, mesh, why: str) -> Any:
 def run_implicit(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
     """``func`` with plain tensors it creates inside treated as replicated
     (DTensor's ``implicit_replication()``, scoped to this call); where
-    DTensor still refuses, ``run_replicated``."""
+    DTensor still refuses, ``run_replicated``. DTensor's dispatch then lays
+    the operands out as its strategy needs: with the mesh's flattened meshes
+    registered (no strided shard around), in one collective per change
+    rather than one per mesh axis."""
     try:
-        with implicit_replication():
+        with implicit_replication(), flat_groups.merging(mesh, (args, kwargs)):
             return func(*args, **kwargs)
     except (NotImplementedError, RuntimeError) as err:
         if dtensor_errors.kind(err) is None:

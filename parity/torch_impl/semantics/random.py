@@ -19,7 +19,10 @@ plain torch calls it -- and each rank keeps its block:
   ``div_(1 - p)``; feature noise ``(N, C, 1, ...)``) is drawn for the global
   shape, laid out as the input (a local slice, no communication) and
   multiplied in: the input is never gathered, and the gradient uses the same
-  mask (it is a product with a constant);
+  mask (it is a product with a constant). On CUDA torch's out-of-place
+  dropout is its fused kernel (``native_dropout``), whose mask is not
+  ``bernoulli_``'s: there the noise is that kernel's mask for the global
+  shape and strides, the product in its accumulate type (``_fused_noise``);
 * ``rand_like``, ``randn_like``, ``randint_like``: drawn for the global
   shape, laid out as the operand;
 * in place (``normal_``, ``uniform_``, ``bernoulli_``, ``random_``,
@@ -30,10 +33,15 @@ plain torch calls it -- and each rank keeps its block:
   copies its block in;
 * the rest (``bernoulli``, ``multinomial``, ``normal`` with tensor
   arguments, ``poisson``, the alpha dropouts, ``rrelu`` in training,
-  ``scaled_dot_product_attention`` with ``dropout_p > 0``): the operands
+  ``scaled_dot_product_attention`` with ``dropout_p > 0``, fractional max
+  pooling without ``_random_samples``): the operands
   are gathered and the op runs on every rank's full copy (``fallback``), the
   result laid out as the first operand (attention: as the query's batch and
   head dims).
+
+Every draw runs on the operand's device from that device's generator
+(``torch.manual_seed`` seeds them all): on CUDA -- simulated ranks on one
+GPU or one process per GPU -- the values are the unsharded CUDA program's.
 
 Over simulated ranks torch's ``LocalTensorMode`` runs an op once per rank
 from the same generator state and leaves the state one call advanced, as
@@ -62,7 +70,7 @@ built on them: ``xavier_*``, ``trunc_normal_``, ...) draw each element from
 threefry-2x32 of a per-call key and its global row-major index
 (``semantics.threefry``: JAX's partitionable threefry, equal to
 ``jax.random.bits``/``uniform`` bit for bit). The key is two words drawn
-from torch's generator (or the op's ``generator=``), once per call, so
+from the operand's device's generator (or the op's ``generator=``), once per call, so
 ``torch.manual_seed`` still fixes a run and successive calls differ. A
 rank builds only its block's indices (per dim a range cut as the dim is)
 and evaluates the hash there: nothing of global size. The unsharded
@@ -106,12 +114,18 @@ _IN_PLACE = frozenset(getattr(torch.Tensor, name) for name in (
 # tensor of the operand's shape, the block copied in, as the in-place ops.
 _INIT = frozenset({torch.nn.init.uniform_, torch.nn.init.normal_,
                    torch.nn.init.kaiming_uniform_})
+# fractional max pooling draws its pooling regions (``torch.rand`` of the
+# batch and channel sizes) unless ``_random_samples`` is given
+# (without indices torch hands the public boolean-dispatch function over)
+_FRACTIONAL_POOL = frozenset({F.fractional_max_pool2d, F.fractional_max_pool3d,
+                              F.fractional_max_pool2d_with_indices,
+                              F.fractional_max_pool3d_with_indices})
 _GATHERED = frozenset({
     torch.bernoulli, torch.Tensor.bernoulli, torch.multinomial, torch.Tensor.multinomial,
     torch.normal, torch.poisson, F.alpha_dropout, F.feature_alpha_dropout,
     torch.alpha_dropout, torch.feature_alpha_dropout, F.rrelu, torch.rrelu,
     F.scaled_dot_product_attention,
-})
+}) | _FRACTIONAL_POOL
 _ALPHA = frozenset({F.alpha_dropout, F.feature_alpha_dropout, torch.alpha_dropout,
                     torch.feature_alpha_dropout})
 RANDOM_OPS = _DROPOUT | _FEATURE_DROPOUT | _LIKE | _IN_PLACE | _INIT | _GATHERED
@@ -149,6 +163,8 @@ def draws(func: Any, args: tuple, kwargs: dict) -> bool:
         return _arg(args, kwargs, 4, "dropout_p", 0.0) > 0
     if func in (F.rrelu, torch.rrelu):
         return bool(_arg(args, kwargs, 3, "training", False))
+    if func in _FRACTIONAL_POOL:
+        return _arg(args, kwargs, 5, "_random_samples", None) is None
     return True
 
 
@@ -164,10 +180,11 @@ def by_counter(func: Any, args: tuple, kwargs: dict) -> bool:
     return draws(func, args, kwargs)
 
 
-def _full(shape, dtype, fill) -> torch.Tensor:
-    """A tensor of the global ``shape`` filled by ``fill`` (in place) from
-    torch's generator: every rank the same values (see the module doc)."""
-    t = torch.empty(tuple(shape), dtype=dtype)
+def _full(shape, dtype, device: torch.device, fill) -> torch.Tensor:
+    """A tensor of the global ``shape`` on ``device`` (the operand's) filled
+    by ``fill`` (in place) from that device's generator: every rank the same
+    values (see the module doc)."""
+    t = torch.empty(tuple(shape), dtype=dtype, device=device)
     fill(t)
     return t
 
@@ -229,9 +246,15 @@ def _dropout(func: Any, args: tuple, kwargs: dict) -> DTensor:
     else:
         shape = tuple(x.shape)
     if p == 1.0:
-        noise = torch.zeros(shape, dtype=x.dtype)
+        noise = torch.zeros(shape, dtype=x.dtype, device=x.device)
+    elif not feature and not inplace and _fused(x):
+        noise = _laid_out_as(_fused_noise(x, p), x)
+        if noise.dtype == x.dtype:
+            return x * noise
+        # half types: the product in the kernel's float, rounded once, as torch's
+        return (x.to(noise.dtype) * noise).to(x.dtype)
     else:
-        noise = _full(shape, x.dtype, lambda t: t.bernoulli_(1 - p).div_(1 - p))
+        noise = _full(shape, x.dtype, x.device, lambda t: t.bernoulli_(1 - p).div_(1 - p))
     if feature:
         # expanded to x's shape, so that the product (bitwise torch's
         # broadcast product) and its gradient have x's placements
@@ -240,13 +263,36 @@ def _dropout(func: Any, args: tuple, kwargs: dict) -> DTensor:
     return x.mul_(noise) if inplace else x * noise
 
 
+# devices where torch's out-of-place dropout is its fused kernel
+# (``native_dropout``; ATen's ``is_fused_kernel_acceptable``), whose mask is
+# not ``bernoulli_``'s: the kernel draws Philox numbers in its own order
+_FUSED_DROPOUT_DEVICES = frozenset({"cuda", "xpu"})
+
+
+def _fused(x: DTensor) -> bool:
+    return x.device.type in _FUSED_DROPOUT_DEVICES and x.numel() > 0
+
+
+def _fused_noise(x: DTensor, p: float) -> torch.Tensor:
+    """The noise of torch's fused dropout of a tensor of ``x``'s global
+    shape and strides (the kernel's draw order follows the memory order of a
+    dense input): ``native_dropout``'s mask, 0 or ``1 / (1 - p)`` in the
+    kernel's accumulate type (float32 for the half types), the scale
+    computed as the kernel does (``1 / (1 - p)`` in that type)."""
+    acc = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    buffer = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype,
+                                 device=x.device)
+    _, mask = torch.native_dropout(buffer, p, True)
+    return mask.to(acc).div_(1 - p).contiguous()
+
+
 def _like(func: Any, args: tuple, kwargs: dict) -> DTensor:
     x = args[0]
     dtype = kwargs.get("dtype") or x.dtype
     rest = {k: v for k, v in kwargs.items() if k not in ("dtype", "layout", "device",
                                                          "requires_grad", "memory_format",
                                                          "pin_memory")}
-    plain = torch.empty(tuple(x.shape), dtype=x.dtype)
+    plain = torch.empty(tuple(x.shape), dtype=x.dtype, device=x.device)
     full = func(plain, *args[1:], dtype=dtype, **rest)
     out = _laid_out_as(full, x)
     return out.requires_grad_() if kwargs.get("requires_grad") else out
@@ -256,7 +302,7 @@ def _in_place(func: Any, args: tuple, kwargs: dict) -> DTensor:
     x = args[0]
     rest = tuple(_whole(a) for a in args[1:])
     more = {k: _whole(v) for k, v in kwargs.items()}
-    full = _full(x.shape, x.dtype, lambda t: func(t, *rest, **more))
+    full = _full(x.shape, x.dtype, x.device, lambda t: func(t, *rest, **more))
     # as torch: a leaf that requires grad raises here unless under no_grad
     # (nn.init's case); otherwise the copy's gradient to x is zero, as the
     # random op's is
@@ -302,16 +348,18 @@ def _gathered(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
 # --- random="counter": per-block values from threefry --------------------------
 
 
-def _key(generator: torch.Generator | None) -> tuple[int, int]:
+def _key(generator: torch.Generator | None, device: torch.device) -> tuple[int, int]:
     """This call's threefry key: two 32-bit words drawn from ``generator``
-    (torch's default one if ``None``), once per call. Over simulated ranks
+    (if ``None``, torch's default one for ``device``, the operand's), once
+    per call. Over simulated ranks
     the draw runs per rank, as any op: ``LocalTensorMode`` keeps a generator
     state per rank, and every rank's advances by the same one draw (the
     ranks hold the same seed, so the words agree: ``item`` checks it); an
     explicit ``generator`` is one object, drawn from once, outside them."""
     scope = maybe_disable_local_tensor_mode() if generator is not None else contextlib.nullcontext()
     with scope:
-        words = torch.randint(0, 2 ** 32, (2,), dtype=torch.int64, generator=generator)
+        words = torch.randint(0, 2 ** 32, (2,), dtype=torch.int64, generator=generator,
+                              device=device if generator is None else generator.device)
     return int(words[0].item()), int(words[1].item())
 
 
@@ -338,7 +386,7 @@ def run_counter(func: Any, args: tuple, kwargs: dict) -> Any:
     draw = _draw_of(func, args, kwargs, x)
     generator = None if func in _DROPOUT or func in _FEATURE_DROPOUT or func in _LIKE else (
         kwargs.get("generator"))
-    noise = _counter_values(x, draw, _key(generator), feature=func in _FEATURE_DROPOUT)
+    noise = _counter_values(x, draw, _key(generator, x.device), feature=func in _FEATURE_DROPOUT)
     if func in _DROPOUT or func in _FEATURE_DROPOUT:
         inplace = func in (torch.dropout_, torch.feature_dropout_) or bool(
             _arg(args, kwargs, 3, "inplace", False))
@@ -394,16 +442,16 @@ def _counter_values(like: Any, draw: threefry.Draw, key: tuple[int, int],
             spec = tuple(spec[:2]) + ((),) * (len(shape) - 2)
         per_dim = [S.placements_for((entry,), mesh) if entry else None for entry in spec]
         placements = tuple(like.placements) if feature else S.placements_for(spec, mesh)
-        index = torch.zeros((), dtype=torch.int64)
+        index = torch.zeros((), dtype=torch.int64, device=like.device)
         replicated = [Replicate()] * mesh.ndim
         for n, stride, cut in zip(drawn, _contiguous_strides(drawn), per_dim):
-            vec = torch.arange(n, dtype=torch.int64) * stride
+            vec = torch.arange(n, dtype=torch.int64, device=like.device) * stride
             if cut is not None:
                 whole = DTensor.from_local(vec, mesh, replicated, run_check=False)
                 vec = whole.redistribute(mesh, cut).to_local()
             index = index.unsqueeze(-1) + vec
     else:
-        index = torch.arange(math.prod(drawn), dtype=torch.int64).view(drawn)
+        index = torch.arange(math.prod(drawn), dtype=torch.int64, device=like.device).view(drawn)
     local = threefry.values(draw, key, index)
     if not isinstance(like, DTensor):
         return local.expand(shape) if feature else local

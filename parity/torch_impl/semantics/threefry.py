@@ -83,7 +83,7 @@ def _unit(key: tuple[int, int], index: torch.Tensor, dtype: torch.dtype) -> torc
         mantissa = (b0 << 20).bitwise_or_(b1 >> 12)  # the top 52 of (b0 << 32 | b1)
     else:
         mantissa = bits32(key, index).bitwise_and_((1 << nbits) - 1) >> (nbits - nmant)
-    one = torch.tensor(1.0, dtype=dtype).view(view).item()
+    one = torch.tensor(1.0, dtype=dtype, device="cpu").view(view).item()  # a host constant
     return mantissa.bitwise_or_(one).to(view).view(dtype) - 1.0
 
 
@@ -93,8 +93,8 @@ def uniform(key: tuple[int, int], index: torch.Tensor, dtype: torch.dtype,
     shape, dtype, low, high)`` at ``index``. ``TypeError`` for a non-float
     dtype."""
     unit = _unit(key, index, dtype)
-    lo = torch.tensor(low, dtype=dtype)
-    span = torch.tensor(high, dtype=dtype) - lo
+    lo = torch.tensor(low, dtype=dtype, device=index.device)
+    span = torch.tensor(high, dtype=dtype, device=index.device) - lo
     if dtype in (torch.bfloat16, torch.float16):
         # JAX's program for half types: the product and the sum each rounded
         # to the dtype (XLA:CPU without native half arithmetic computes each op
@@ -114,7 +114,8 @@ def uniform(key: tuple[int, int], index: torch.Tensor, dtype: torch.dtype,
 def normal(key: tuple[int, int], index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Standard normal of ``dtype``: JAX's ``sqrt(2) * erfinv(u)``, ``u``
     uniform in ``(-1, 1)`` (half types computed in float32)."""
-    lo = float(torch.nextafter(torch.tensor(-1.0, dtype=dtype), torch.tensor(0.0, dtype=dtype)))
+    lo = float(torch.nextafter(torch.tensor(-1.0, dtype=dtype, device="cpu"),
+                               torch.tensor(0.0, dtype=dtype, device="cpu")))  # a host constant
     u = uniform(key, index, dtype, lo, 1.0)
     wide = u if dtype in (torch.float32, torch.float64) else u.float()
     return (torch.erfinv(wide) * math.sqrt(2)).to(dtype)
@@ -171,7 +172,7 @@ def _standard_or_scaled_normal(draw: Draw, key, index) -> torch.Tensor:
 
 def _dropout_noise(draw: Draw, key, index) -> torch.Tensor:
     if draw.p == 1.0:
-        return torch.zeros(index.shape, dtype=draw.dtype)
+        return torch.zeros(index.shape, dtype=draw.dtype, device=index.device)
     keep = uniform(key, index, torch.float32) < 1 - draw.p
     return keep.to(draw.dtype).div_(1 - draw.p)
 

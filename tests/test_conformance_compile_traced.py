@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sequential_collectives
 import torch
 
 import parity
@@ -132,7 +133,13 @@ def test_a_donating_collective_is_refused_inside_torch_compile(sim8):
 
 def test_all_gather_variable_compiles_to_the_eager_result(sim8):
     x = _x(sim8, (("model", "data"), None))
-    got, want = _compiled(sim8.all_gather_variable)(x), sim8.all_gather_variable(x)
+    # under dynamo all_gather_variable is DTensor's redistribute, one gather
+    # per mesh axis (collectives/traced.py), and DTensor says so: the known
+    # limit kept out of the suite's guard, as in test_compiled_relayout
+    with sequential_collectives.collected():
+        got = _compiled(sim8.all_gather_variable)(x)
+    with sequential_collectives.forbidden("the eager all_gather_variable"):
+        want = sim8.all_gather_variable(x)
     _same(sim8, got, want)
     assert sim8.describe(got).spec == ((), ())
 

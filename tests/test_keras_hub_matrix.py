@@ -65,16 +65,13 @@ CONFIGS = [f"{f}:{m}" for f in FAMILIES for m in ("2x4", "1x8")]
 # variable's DTensor in the variable's __torch_function__; Qwen3.5 since a
 # view DTensor's local block cannot give is a reshape: semantics/local_views.py;
 # RWKV-7's gradients since an in-place write into a plain buffer keeps them:
-# operands.write_into_plain).
+# operands.write_into_plain; Gemma4's assistant since a distribution's scope
+# runs in the mixing context, so its call_with_cache takes the embedding's
+# rows as JAX does, not as DTensor's masked partial sum: keras/trainer.py).
 CANNOT_RUN: dict[str, str] = {
     "parseq": "PARSeqCausalLM compiles in its constructor with a loss that reads its "
               "preprocessor's tokenizer, and PARSeqTokenizer needs TensorFlow (no "
               "pure-Python path), which the keras-hub overlay leaves out",
-    "gemma4_assistant": "torch + parity fails (a parity gap; plain Keras on torch equals JAX "
-                        "to 3.7e-8): the centroid head's ops.take rows of the vocab-sharded "
-                        "embedding give DTensor's masked partial sum, which the reshape "
-                        "after it carries to a shape its mask no longer fits (IndexError in "
-                        "_mask_buffer.apply_mask at the next matmul)",
 }
 # Variables whose training already differs between plain Keras on torch and
 # on JAX (no parity, no distribution; measured with the same weights and

@@ -495,6 +495,40 @@ def check_plain_tensor_meets_a_variable_first():
 
 
 @check
+def check_model_code_between_layer_calls_runs_as_jax_in_the_scope():
+    """A model's own code between layer calls, in a distribution's scope:
+    keras-hub's ``Gemma4AssistantCausalLM.call_with_cache`` takes rows of the
+    vocabulary-sharded token embedding (``ops.take``), reshapes them to
+    (batch, seq, tokens, features), multiplies by the hidden states and fills
+    a plain ``ops.ones`` with their minimum (issue 27). DTensor's own lookup
+    left a masked partial sum the reshape broke ("IndexError: The shape of
+    the mask ..."), and ``plain * DTensor`` raised its mixed-tensor error;
+    on JAX both are plain ops, and here the numpy values."""
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(128, 32)).astype("float32")
+    ids = rng.integers(0, 128, size=(128,)).astype("int32")
+    hidden = rng.normal(size=(2, 4, 1, 32)).astype("float32")
+    layout_map = kd.LayoutMap(mesh24())
+    layout_map["embed/embeddings"] = ("model", "batch")  # keras-hub's token embedding
+    with kd.ModelParallel(layout_map=layout_map, batch_dim_name="batch").scope():
+        inputs = keras.Input((4,), dtype="int32")
+        model = keras.Model(inputs, keras.layers.Embedding(128, 32, name="embed")(inputs))
+        model.get_layer("embed").embeddings.assign(table)
+        # ids and hidden states as layers gave them (replicated DTensors)
+        mesh = layout_map.device_mesh
+        top_k = kd.distribute_tensor(ids, kd.TensorLayout((None,), mesh))
+        states = kd.distribute_tensor(hidden, kd.TensorLayout((None,) * 4, mesh))
+        rows = keras.ops.take(model.get_layer("embed").embeddings, top_k, axis=0)
+        rows = keras.ops.reshape(rows, (2, 4, 16, 32))
+        logits = keras.ops.matmul(states, keras.ops.transpose(rows, (0, 1, 3, 2)))
+        fill = keras.ops.ones((8, 16)) * keras.ops.min(logits)
+    want = hidden @ table[ids].reshape(2, 4, 16, 32).transpose(0, 1, 3, 2)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(fill), np.full((8, 16), want.min()),
+                               rtol=1e-6)
+
+
+@check
 def check_data_input_without_a_layout_is_returned_as_it_is():
     """Keras's torch trainer (keras-nightly's ``_distribute_data``) calls
     ``distribute_data_input(d, None)`` for data with no layout (a missing

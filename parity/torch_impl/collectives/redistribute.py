@@ -32,10 +32,14 @@ from torch.distributed.tensor.placement_types import Placement
 
 from parity.layout import Spec
 from parity.torch_impl.collectives import whole_reshard
-from parity.torch_impl.collectives.gradient_buckets import RESOLVED_ATTR, leaf_entry
+from parity.torch_impl.collectives.gradient_buckets import (
+    RESOLVED_ATTR,
+    leaf_entry,
+    remember_resolved,
+)
 from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
 from parity.torch_impl.collectives.relabel import is_relabel, relabeled
-from parity.torch_impl.layouts.specs import placements_for
+from parity.torch_impl.layouts.specs import masked_partial, placements_for
 
 
 def pending_mesh_dims(x: DTensor) -> tuple[int, ...]:
@@ -144,15 +148,20 @@ def resolve_pending(x: DTensor) -> DTensor:
     """``x`` with every pending reduction completed (replicated on those
     mesh axes), pending sums over several axes in one all_reduce. A
     completion made already (a backward's root, reduced with the gradients:
-    ``gradient_buckets``) is taken as it is."""
+    ``gradient_buckets``; a masked partial sum, whose mask DTensor releases
+    at its first completion) is taken as it is."""
     if not any(isinstance(p, Partial) for p in x.placements):
         return x
-    if not torch.compiler.is_dynamo_compiling():
-        # (version, completion) remembered by gradient_buckets while x is unchanged
+    compiling = torch.compiler.is_dynamo_compiling()
+    if not compiling:
+        # (version, completion) remembered while x is unchanged
         found = getattr(x, RESOLVED_ATTR, None)
         if found is not None and found[0] == x._version:
             return found[1]
-    return merged(x, [Replicate() if isinstance(p, Partial) else p for p in x.placements])
+    done = merged(x, [Replicate() if isinstance(p, Partial) else p for p in x.placements])
+    if not compiling and masked_partial(x.placements):
+        remember_resolved(x, done)
+    return done
 
 
 def move(x: DTensor, target: tuple, *, guard: bool = False) -> DTensor:

@@ -8,8 +8,12 @@
   ``_distribute_data``.
 * ``train_on_batch``, ``test_on_batch``, ``predict_on_batch`` distribute
   their batch the same way.
-* Steps, layer calls and the public trainer methods run inside
-  ``mixing_context()``: plain tensors that meet DTensors count as replicated.
+* Steps, layer calls, the public trainer methods and the block of a
+  distribution's ``scope()`` run inside ``mixing_context()``: plain tensors
+  that meet DTensors count as replicated, and every op is JAX's -- also in
+  a model's own code between layer calls (keras-hub's ``call_with_cache``),
+  where DTensor's own ops gave what JAX never does (a masked partial sum a
+  reshape breaks).
 * Callbacks run on the main thread while DTensors may reach their logs.
 * ``jit_compile=True`` compiles the steps with ``torch.compile`` under a
   distribution on initialized ranks, as without one; over simulated ranks
@@ -234,6 +238,15 @@ def _predict_on_batch(self, x):
         return _ORIGINAL["predict_on_batch"](self, x)
 
 
+@contextlib.contextmanager
+def _distribution_scope(self):
+    """``Distribution.scope()``: the distribution current for the block, as
+    Keras's, and the block inside ``mixing_context()`` (the outermost
+    entry: a scope opened in a layer call adds nothing)."""
+    with _ORIGINAL["scope"](self), _mixing():
+        yield
+
+
 def _wrap_dot_product_attention(original):
     """DTensor has no sharding rule for the backward of the CPU flash SDPA
     kernel torch picks by default; with DTensor operands use the math kernel
@@ -348,4 +361,7 @@ def patches(keras) -> list[tuple]:
                   _wrap_dot_product_attention(keras.nn.dot_product_attention)))
     layer = keras.layer.Layer
     found.append((layer, "__call__", _in_mixing(layer.__call__)))
+    distribution = keras.distribution.Distribution
+    _ORIGINAL["scope"] = distribution.scope
+    found.append((distribution, "scope", _distribution_scope))
     return found

@@ -48,7 +48,7 @@ from torch.distributed.tensor.placement_types import Placement
 
 from parity.errors import LayoutError
 from parity.layout import Spec
-from parity.torch_impl.runtime.torch_compat import StridedShard, traced_through
+from parity.torch_impl.runtime.torch_compat import MaskPartial, StridedShard, traced_through
 
 
 # --- the table (pure) ----------------------------------------------------------
@@ -237,6 +237,19 @@ def has_partial(x: DTensor) -> bool:
     # polyfills, several times the instructions (this runs per operand)
     for p in x.placements:
         if isinstance(p, Partial):
+            return True
+    return False
+
+
+def masked_partial(placements: Sequence[Placement]) -> bool:
+    """Whether ``placements`` hold DTensor's masked partial sum
+    (``_MaskPartial``: the lookup of a row-sharded embedding table that
+    DTensor ran itself, outside ``jax_semantics()``). Its mask fits the
+    lookup's own shape, not a reshape's, and DTensor releases it at the
+    first completion: the mode never lets it pass an op pending, and
+    remembers its completion (``redistribute.resolve_pending``)."""
+    for p in placements:
+        if isinstance(p, MaskPartial):
             return True
     return False
 

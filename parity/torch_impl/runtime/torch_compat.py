@@ -35,6 +35,7 @@ from torch.distributed import _local_tensor
 from torch.distributed import distributed_c10d as c10d
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+from torch.distributed.tensor.placement_types import _MaskPartial as MaskPartial
 from torch.distributed.tensor.placement_types import _StridedShard as StridedShard
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils._python_dispatch import (
@@ -47,7 +48,7 @@ from torch.utils._python_dispatch import (
 )
 
 __all__ = [  # the private names re-exported, besides the shims defined below
-    "DTensorSpec", "StridedShard", "TensorMeta", "TorchDynamoException", "c10d", "funcol",
+    "DTensorSpec", "MaskPartial", "StridedShard", "TensorMeta", "TorchDynamoException", "c10d", "funcol",
     "substitute_in_graph", "_engine_run_backward", "_make_grads", "_tensor_or_tensors_to_tuple",
     "tree_flatten", "tree_map", "tree_unflatten", "return_and_correct_aliasing",
 ]

@@ -40,7 +40,7 @@ from torch.distributed.tensor import DTensor, Partial
 from torch.fx.experimental.symbolic_shapes import has_static_value
 
 from parity.errors import LayoutError
-from parity.torch_impl.layouts.specs import placements_for, spec_of_placements
+from parity.torch_impl.layouts.specs import masked_partial, placements_for, spec_of_placements
 from parity.torch_impl.runtime.torch_compat import DTensorSpec, TensorMeta
 from parity.torch_impl.semantics import rules
 
@@ -220,7 +220,8 @@ def _decide(plan: tuple | None, facts: list, mesh, defer: bool, grad: bool) -> t
     for loc, placements, ndim, requires_grad, is_leaf in facts:
         spec = inputs.get(loc)
         partial = any(isinstance(p, Partial) for p in placements)
-        complete = partial and not keep_partial
+        # a masked partial sum passes no op pending (its mask fits one shape)
+        complete = partial and (not keep_partial or masked_partial(placements))
         kept = partial and not complete
         guard = grad and requires_grad and is_leaf and not complete  # completed: not a leaf
         if spec is None or kept:
@@ -296,7 +297,7 @@ def _output_action_untraced(placements: tuple, ndim: int, spec: Any, keep_partia
 @functools.lru_cache(maxsize=4096)
 def _output_action(placements: tuple, ndim: int, spec: Any, keep_partial: bool, mesh) -> tuple:
     partial = any(isinstance(p, Partial) for p in placements)
-    if keep_partial and partial:
+    if keep_partial and partial and not masked_partial(placements):
         return ("defer", None)
     if spec is None or len(spec) != ndim:
         try:

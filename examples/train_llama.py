@@ -6,18 +6,39 @@ checkpointing under parity's JAX semantics, resumable with DCP.
         --checkpoint-dir /tmp/llama-ckpt          # saves after the last step
     torchrun --standalone --nproc_per_node=4 examples/train_llama.py --steps 6 \\
         --checkpoint-dir /tmp/llama-ckpt --resume # continues from step 3
+    torchrun --standalone --nproc_per_node=4 examples/train_llama.py --steps 2 --compile --check
 
 The model is Llama's: RMSNorm, rotary position embeddings (RoPE),
 grouped-query attention (4 query heads share 2 key/value heads) and a SwiGLU
-feed-forward. The mesh is (dp, tp) = (world / 2, 2) (8 ranks: (4, 2)):
-torch's own ``parallelize_module`` plan shards attention and feed-forward
-over ``tp`` (as torchtitan does), FSDP2's ``fully_shard`` shards every block
-and the root over ``dp``, and ``torch.utils.checkpoint`` recomputes each
-block in the backward. Each step runs under ``torch_impl.jax_semantics()``.
-``--check`` trains the same model unsharded in every process and stops
-with an error if a step's loss differs (relative 1e-5). ``--compile``
-compiles each block's forward with ``torch.compile`` (see docs/torch-stack.md
-for what compiles). Loss per step is printed by rank 0.
+feed-forward. The mesh is (dp, tp) = (world / 2, 2) (8 ranks: (4, 2); one
+rank: (1, 1)): torch's own ``parallelize_module`` plan shards attention and
+feed-forward over ``tp`` (as torchtitan does), FSDP2's ``fully_shard``
+shards every block and the root over ``dp``, and ``torch.utils.checkpoint``
+recomputes each block in the backward. Each step runs under
+``torch_impl.jax_semantics()``.
+
+Device: ``torch_impl.initialize()`` starts NCCL with one GPU per rank when
+this node has a GPU for each of its ranks, else gloo on CPU (with more ranks
+than GPUs it warns, and this script prints that it runs on CPU); the mesh,
+the model and the batches live on that device.
+
+``--check`` trains the same model unsharded in every process (eager, on the
+same device) and stops with an error if a step's loss differs (relative
+1e-5, the bound of the compiled stack tests: a float32 step differs from the
+unsharded one by summation order only). ``--compile`` puts the whole
+training step -- forward, cross-entropy, ``loss.backward()``, AdamW's step
+-- in one ``torch.compile(backend="aot_eager", dynamic=False)``, as
+``tests/test_compiled_stack.py`` compiles torch's stack: static shapes,
+because FSDP2 + TP with dynamo's automatic dynamic shapes fails in torch's
+own tracer (a ``RecursionError``: docs/torch-stack.md, "Compiled steps" 3.).
+Dynamo compiles the step and the frames it reaches (the embedding, the
+final norm and output layer, the loss, AdamW); FSDP2's hooks are
+``torch.compiler.disable``d, so a checkpoint around an FSDP2-wrapped block
+cannot become dynamo's checkpoint operator, and torch's checkpoint runs the
+block and its recompute eagerly (checkpointing inside the block instead hits
+an AOTAutograd failure of torch 2.13 with attention:
+``tests/test_checkpoint_sdpa_upstream.py``). Rank 0 prints the loss per step
+and, with ``--compile``, what dynamo compiled.
 """
 
 from __future__ import annotations
@@ -140,7 +161,7 @@ class Llama(nn.Module):
         return self.output(self.norm(h)).float()
 
 
-def parallelize(model: Llama, mesh, compile_blocks: bool) -> Llama:
+def parallelize(model: Llama, mesh) -> Llama:
     """TP over ``mesh["tp"]`` (torchtitan's plan), activation checkpointing,
     FSDP2 over ``mesh["dp"]``."""
     tp, dp = mesh["tp"], mesh["dp"]
@@ -155,18 +176,70 @@ def parallelize(model: Llama, mesh, compile_blocks: bool) -> Llama:
             "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
             "feed_forward.w2": RowwiseParallel(),
         })
-        if compile_blocks:
-            layer.compile()
         fully_shard(layer, mesh=dp)
     fully_shard(model, mesh=dp)
     model.checkpointing = True
     return model
 
 
-def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step ``step``'s global batch (drawn on the CPU: the same on every
+    device), on ``device``."""
     g = torch.Generator().manual_seed(1000 + step)
-    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g).to(device)
     return tokens[:, :-1], tokens[:, 1:]
+
+
+def device_and_mesh(world: int):
+    """The device ``initialize()`` chose (a GPU of this rank's own under
+    NCCL, else the CPU) and the (dp, tp) mesh on it."""
+    device = (torch.device("cuda", torch.cuda.current_device()) if ti.device_type() == "cuda"
+              else torch.device("cpu"))
+    if device.type == "cpu" and torch.cuda.is_available() and dist.get_rank() == 0:
+        print(f"train_llama.py: {world} ranks but {torch.cuda.device_count()} visible GPU(s) "
+              "(NCCL needs one GPU per rank): running on CPU with gloo", flush=True)
+    if world == 1:
+        tp = 1
+    elif world % 2:
+        raise SystemExit(f"train_llama.py needs one rank or an even number of ranks (tp=2), "
+                         f"got {world}")
+    else:
+        tp = 2
+    mesh = init_device_mesh(device.type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
+    return device, mesh
+
+
+def training_step(model: nn.Module, opt: torch.optim.Optimizer, compiled: bool):
+    """Forward, cross-entropy, backward and the optimizer's step as one
+    function of the batch; with ``compiled``, all of it in one
+    ``torch.compile`` (``aot_eager``, static shapes: the module docstring)."""
+
+    def step(tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
+        loss.backward()
+        opt.step()
+        return loss
+
+    return torch.compile(step, backend="aot_eager", dynamic=False) if compiled else step
+
+
+def compile_summary(compiled_step) -> str:
+    """What dynamo made of the compiled step on this rank: how many times
+    the step's own frame compiled, the graphs in all (the step's, the frames
+    it resumes in after a graph break, and those it calls), and the graph
+    breaks by reason (first line of dynamo's explanation)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo.utils import counters
+
+    entries = len(_debug_get_cache_entry_list(compiled_step._torchdynamo_orig_callable.__code__))
+    breaks: dict[str, int] = {}
+    for reason, count in counters["graph_break"].items():
+        first = reason.strip().splitlines()[0][:80] if reason.strip() else "?"
+        breaks[first] = breaks.get(first, 0) + count
+    listed = "; ".join(f"{count} x {reason}" for reason, count in sorted(breaks.items()))
+    return (f"compiled: the step's frame {entries} time(s), "
+            f"{counters['stats']['unique_graphs']} graphs in all, "
+            f"{sum(breaks.values())} graph breaks ({listed})")
 
 
 def main() -> None:
@@ -177,25 +250,28 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true", help="load --checkpoint-dir first")
     parser.add_argument("--check", action="store_true",
                         help="train the unsharded model beside and require equal losses")
-    parser.add_argument("--compile", action="store_true", help="torch.compile each block")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the whole training step (aot_eager, dynamic=False)")
     args = parser.parse_args()
     if args.resume and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir")
 
     ti.initialize()
     world, rank = dist.get_world_size(), dist.get_rank()
-    if world % 2:
-        raise SystemExit(f"train_llama.py needs an even number of ranks (tp=2), got {world}")
-    mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("dp", "tp"))
+    device, mesh = device_and_mesh(world)
     dp = mesh["dp"]
     if BATCH % dp.size():
         raise SystemExit(f"the batch of {BATCH} does not split over dp={dp.size()}")
+    if rank == 0:
+        print(f"mesh (dp, tp) = {tuple(mesh.shape)} on {device.type} ({dist.get_backend()})"
+              f"{', whole step compiled' if args.compile else ''}", flush=True)
 
     torch.manual_seed(0)
-    model = Llama()
+    model = Llama().to(device)
     reference = copy.deepcopy(model) if args.check else None
-    model = parallelize(model, mesh, args.compile)
+    model = parallelize(model, mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    train_step = training_step(model, opt, args.compile)
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=args.lr) if args.check else None
 
     start = 0
@@ -208,7 +284,7 @@ def main() -> None:
         start = int(state["step"])
         if args.check:  # the reference replays the steps the checkpoint holds
             for step in range(start):
-                tokens, labels = batch(step)
+                tokens, labels = batch(step, device)
                 F.cross_entropy(reference(tokens).flatten(0, 1), labels.flatten()).backward()
                 ref_opt.step()
                 ref_opt.zero_grad()
@@ -216,12 +292,9 @@ def main() -> None:
     half = BATCH // dp.size()
     lo = dp.get_local_rank() * half
     for step in range(start, args.steps):
-        tokens, labels = batch(step)
+        tokens, labels = batch(step, device)
         with ti.jax_semantics():
-            logits = model(tokens[lo:lo + half])
-            loss = F.cross_entropy(logits.flatten(0, 1), labels[lo:lo + half].flatten())
-            loss.backward()
-            opt.step()
+            loss = train_step(tokens[lo:lo + half], labels[lo:lo + half])
             opt.zero_grad()
         value = loss.detach()
         value = (value.full_tensor() if isinstance(value, DTensor) else value).reshape(()).clone()
@@ -233,11 +306,14 @@ def main() -> None:
             ref_loss.backward()
             ref_opt.step()
             ref_opt.zero_grad()
-            line += f" (unsharded {ref_loss.item():.6f})"
-            if abs(value - ref_loss.item()) > 1e-5 * abs(ref_loss.item()):
+            rel = abs(value - ref_loss.item()) / abs(ref_loss.item())
+            line += f" (unsharded {ref_loss.item():.6f}, rel {rel:.1e})"
+            if rel > 1e-5:
                 raise SystemExit(f"rank {rank}: {line}: differs from the unsharded model")
         if rank == 0:
             print(line, flush=True)
+    if args.compile and rank == 0:
+        print(compile_summary(train_step), flush=True)
 
     if args.checkpoint_dir and not args.resume:
         model_sd, optim_sd = get_state_dict(model, opt)

@@ -609,3 +609,58 @@ def test_dtensor_error_kind_per_message(message, kind):
 def test_dtensor_error_kind_of_a_genuine_error_is_none():
     assert dtensor_errors.kind(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
     assert dtensor_errors.kind(TypeError("got mixed torch.Tensor and DTensor")) is None
+
+
+def _on_a_carried_thread(work):
+    """``work()`` on a new thread given this thread's mode the way torch's
+    autograd engine gives it to the thread it runs a CUDA backward on: the
+    function mode stack, without parity's thread-local scope."""
+    import threading
+
+    from parity.torch_impl.semantics import mode as semantics_mode
+
+    carried, got = semantics_mode._state.mode, {}
+
+    def run():
+        got["own scope"] = bool(semantics_mode._state.options)
+        with carried:
+            got["active"] = semantics_mode.active()
+            got["result"] = work()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert got["own scope"] is False and got["active"] is True, got
+    return got["result"]
+
+
+def test_a_thread_that_carries_the_mode_runs_ops_as_the_scope_does(sim8):
+    """(activation checkpointing's recompute ran on such a thread and raised
+    IndexError on the scope's options: examples/train_llama.py on one GPU)
+    A plain tensor meeting a DTensor there gets JAX's answer, not DTensor's
+    mixed-type error."""
+    mesh = parity.DeviceMesh((2, 4), ("data", "model"))
+    host = np.arange(32, dtype=np.float32).reshape(8, 4)
+    x = sim8.distribute_tensor(host, parity.TensorLayout(("data", None), mesh))
+    with sim8.jax_semantics():
+        total = _on_a_carried_thread(lambda: sim8.to_numpy(x + torch.ones(8, 4)))
+    np.testing.assert_array_equal(total, host + 1)
+
+
+def test_a_thread_that_carries_the_mode_draws_by_the_scopes_random_option():
+    """Under ``random="counter"`` a random op on such a thread draws from the
+    counter generator, as on the scope's own thread (the option was read
+    from the empty thread-local scope: IndexError)."""
+    plain = torch.ones(8, 4)
+    with ti.jax_semantics(random="counter"):
+        torch.manual_seed(3)
+        want = F.dropout(plain, 0.5)
+
+        def draw():
+            torch.manual_seed(3)
+            return F.dropout(plain, 0.5)
+
+        got = _on_a_carried_thread(draw)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.manual_seed(3)
+    assert not torch.equal(F.dropout(plain, 0.5), want)  # torch's own draw differs

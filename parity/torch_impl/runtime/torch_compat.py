@@ -37,6 +37,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor.placement_types import _MaskPartial as MaskPartial
 from torch.distributed.tensor.placement_types import _StridedShard as StridedShard
+from torch.overrides import _get_current_function_mode_stack as function_mode_stack
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils._python_dispatch import (
     _disable_current_modes,
@@ -47,8 +48,12 @@ from torch.utils._python_dispatch import (
     return_and_correct_aliasing,
 )
 
+# how many torch function modes this thread has on its stack (one C call)
+function_mode_count: Callable[[], int] = torch._C._len_torch_function_stack
+
 __all__ = [  # the private names re-exported, besides the shims defined below
     "DTensorSpec", "MaskPartial", "StridedShard", "TensorMeta", "TorchDynamoException", "c10d", "funcol",
+    "function_mode_stack",
     "substitute_in_graph", "_engine_run_backward", "_make_grads", "_tensor_or_tensors_to_tuple",
     "tree_flatten", "tree_map", "tree_unflatten", "return_and_correct_aliasing",
 ]

@@ -61,7 +61,12 @@ from parity.torch_impl.semantics import (
 )
 from parity.torch_impl.collectives import compiled_buckets, gradient_buckets, redistribute
 from parity.torch_impl.layouts import specs as S
-from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
+from parity.torch_impl.runtime.torch_compat import (
+    function_mode_count,
+    function_mode_stack,
+    tree_flatten,
+    tree_unflatten,
+)
 from parity.torch_impl.semantics import dtensor_handlers, explicit_check, local_views, pending_clone
 from parity.torch_impl.semantics import random as random_ops
 from parity.errors import ParityError
@@ -91,14 +96,21 @@ class _State(threading.local):
         self.defer = bool(self.options) and self.options[-1]["defer"]
         if self.mode is not None:  # the mode's copy, read per op (cheaper than a local's)
             self.mode.defer = self.defer
+            self.mode.scope_options = self.options[-1] if self.options else None
 
 
 _state = _State()
 
 
 def active() -> bool:
-    """Whether this thread is inside ``jax_semantics()``."""
-    return bool(_state.options)
+    """Whether this thread is inside ``jax_semantics()``: its own scope, or
+    the mode carried to a thread torch runs part of a scope's work on
+    (``_on_carried_thread``)."""
+    if _state.options:
+        return True
+    if not function_mode_count():  # no function mode at all: one C call
+        return False
+    return any(isinstance(m, _JaxSemanticsMode) for m in function_mode_stack())
 
 
 def current_options() -> dict | None:
@@ -123,9 +135,9 @@ class JaxSemantics:
         _state.set_options()
         if _state.mode is None:
             mode = _JaxSemanticsMode()
-            mode.defer = _state.defer
             mode.__enter__()
             _state.mode = mode
+            _state.set_options()  # the mode's copies of the options
             dtensor_handlers.install({local_views.VIEW: local_views.view_handler,
                                       pending_clone.CLONE: pending_clone.clone_handler}, active)
             # a step compiled by inductor in this scope buckets its all-reduces
@@ -235,6 +247,7 @@ _GRADS_PENDING = gradient_buckets.PENDING  # [n]: leaves whose gradient waits in
 
 class _JaxSemanticsMode(TorchFunctionMode):
     defer = False  # this thread's innermost scope's option (_State.set_options)
+    scope_options: dict | None = None  # and that scope's options
 
     @compile_support.skip_alone  # inlined when traced, never compiled op by op
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -258,7 +271,9 @@ class _JaxSemanticsMode(TorchFunctionMode):
                             key = (func, False, self.defer, x._spec, 0, y._spec, 0)
                         if key in fast_path.CLEAN or func in fast_path.DIRECT:
                             return func(x, y)
-                        return _eager(func, args, {}, key)
+                        if _state.options:
+                            return _eager(func, args, {}, key)
+                        return _on_carried_thread(self, func, args, {}, key)
                 elif n == 1:
                     x = args[0]
                     if type(x) is DTensor:
@@ -269,13 +284,17 @@ class _JaxSemanticsMode(TorchFunctionMode):
                             key = (func, False, self.defer, x._spec, 0)
                         if key in fast_path.CLEAN or func in fast_path.DIRECT:
                             return func(x)
-                        return _eager(func, args, {}, key)
+                        if _state.options:
+                            return _eager(func, args, {}, key)
+                        return _on_carried_thread(self, func, args, {}, key)
             if func in fast_path.DIRECT:
                 return func(*args, **kwargs) if kwargs else func(*args)
             key = fast_path.signature(func, args, kwargs, self.defer)
             if key is not None and key in fast_path.CLEAN:
                 return func(*args, **kwargs) if kwargs else func(*args)
-            return _eager(func, args, kwargs or {}, key)
+            if _state.options:
+                return _eager(func, args, kwargs or {}, key)
+            return _on_carried_thread(self, func, args, kwargs or {}, key)
         kwargs = kwargs or {}
         if compile_support.runs_untraced(func):  # backward: never traced by dynamo
             return _backward(func, args, kwargs)
@@ -286,6 +305,23 @@ class _JaxSemanticsMode(TorchFunctionMode):
         if mesh is None:
             return _plain(func, args, kwargs)
         return _run(func, name or "", args, kwargs, mesh, None, rehome, plain)
+
+
+def _on_carried_thread(mode: _JaxSemanticsMode, func, args: tuple, kwargs: dict,
+                       key: tuple | None) -> Any:
+    """``_eager`` on a thread that runs ``mode`` without a scope of its own:
+    torch carries the function modes, not parity's thread-local scope, to
+    the thread its autograd engine runs a CUDA backward on (activation
+    checkpointing's recompute, a custom Function's backward, a hook run
+    there). The call runs with the options of the scope that entered
+    ``mode``, as it would on the scope's own thread."""
+    _state.options.append(mode.scope_options)
+    _state.mode, _state.defer = mode, mode.defer
+    try:
+        return _eager(func, args, kwargs, key)
+    finally:
+        _state.options.pop()
+        _state.mode, _state.defer = None, False
 
 
 def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:

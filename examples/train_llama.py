@@ -270,7 +270,9 @@ def main() -> None:
     model = Llama().to(device)
     reference = copy.deepcopy(model) if args.check else None
     model = parallelize(model, mesh)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    # foreach=True: torch's default on CUDA (one _foreach_* call over every parameter,
+    # on FSDP2 + TP's two meshes); on the CPU torch would pick its per-parameter loop
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=True)
     train_step = training_step(model, opt, args.compile)
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=args.lr) if args.check else None
 

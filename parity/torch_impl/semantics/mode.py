@@ -68,6 +68,7 @@ from parity.torch_impl.runtime.torch_compat import (
     tree_unflatten,
 )
 from parity.torch_impl.semantics import dtensor_handlers, explicit_check, local_views, pending_clone
+from parity.torch_impl.semantics import foreach
 from parity.torch_impl.semantics import random as random_ops
 from parity.errors import ParityError
 
@@ -301,10 +302,19 @@ class _JaxSemanticsMode(TorchFunctionMode):
         name = _name_of(func)
         if name in _PASSTHROUGH and not _ruled_property(name, func):
             return func(*args, **kwargs)
-        mesh, rehome, plain = operands.find_mesh(args, kwargs)
-        if mesh is None:
-            return _plain(func, args, kwargs)
-        return _run(func, name or "", args, kwargs, mesh, None, rehome, plain)
+        if name is not None and name.startswith("_foreach_"):
+            parts = foreach.split(args, kwargs)
+            if parts is not None:  # elements on several meshes: one call per mesh
+                return foreach.joined(parts, [_traced(func, name, a, k) for _, a, k in parts])
+        return _traced(func, name, args, kwargs)
+
+
+def _traced(func, name: str | None, args: tuple, kwargs: dict) -> Any:
+    """A call met while dynamo traces (not a backward, not a passthrough)."""
+    mesh, rehome, plain = operands.find_mesh(args, kwargs)
+    if mesh is None:
+        return _plain(func, args, kwargs)
+    return _run(func, name or "", args, kwargs, mesh, None, rehome, plain)
 
 
 def _on_carried_thread(mode: _JaxSemanticsMode, func, args: tuple, kwargs: dict,
@@ -332,6 +342,10 @@ def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
     if name in _PASSTHROUGH and not _ruled_property(name, func):
         fast_path.remember_direct(func)
         return func(*args, **kwargs)
+    if name is not None and name.startswith("_foreach_"):
+        parts = foreach.split(args, kwargs)
+        if parts is not None:  # elements on several meshes: one call per mesh
+            return foreach.joined(parts, [_eager(func, a, k, None) for _, a, k in parts])
     mesh, rehome, plain = operands.find_mesh(args, kwargs)
     if mesh is None:
         return _plain(func, args, kwargs)

@@ -124,6 +124,14 @@ def _rehome_one(t: DTensor, mesh) -> DTensor:
 _dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
+def same_mesh(first, second) -> bool:
+    """Whether two torch meshes are one mesh for JAX (``is``, ``==``, or the
+    same devices and names: ``mesh_identity``), eagerly and while dynamo
+    traces."""
+    how = _how_meshes_differ(first, second)
+    return how is None or not how
+
+
 @torch.compiler.assume_constant_result
 def _how_meshes_differ(first, second) -> tuple[str, ...] | None:
     """``None`` when two torch meshes are equal (``is`` or ``==``), else

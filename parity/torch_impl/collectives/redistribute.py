@@ -39,7 +39,7 @@ from parity.torch_impl.collectives.gradient_buckets import (
 )
 from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
 from parity.torch_impl.collectives.relabel import is_relabel, relabeled
-from parity.torch_impl.layouts.specs import masked_partial, placements_for
+from parity.torch_impl.layouts.specs import evenly_sharded, masked_partial, placements_for
 
 
 def pending_mesh_dims(x: DTensor) -> tuple[int, ...]:
@@ -107,7 +107,12 @@ def _one_collective(x: DTensor, placements: tuple) -> DTensor:
     if whole_reshard.applies(x, placements):
         return whole_reshard.reshard(x, placements)  # one all_gather, not one per axis
     groups = merge_groups(tuple(x.placements), placements)
-    if not groups or _strided(x.placements) or _strided(placements):
+    if not groups or _strided(x.placements) or _strided(placements) or not evenly_sharded(x):
+        # an uneven shard (a raw DTensor's: 10 rows over 8 ranks) is gathered
+        # axis by axis: DTensor's all_gather over a flattened mesh assumes even
+        # chunks and silently corrupts uneven nested blocks (torch 2.13;
+        # pytorch#194457, open, fixes it): a leaky_relu gradient on (2, 2, 2)
+        # came back with zero rows
         return x.redistribute(mesh, placements)
     with contextlib.ExitStack() as stack:
         for dims in groups:

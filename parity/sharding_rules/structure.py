@@ -85,9 +85,11 @@ def index(spec: Spec, items: Sequence, shape: Sequence[int]) -> tuple[Spec, Spec
     at most one ``Ellipsis``): an indexed dim is gathered, an int removes
     it, a slice covering the whole dim keeps it as it is, ``None`` inserts a
     replicated dim. ``chosen``: an indexed dim is sharded (``jnp`` indexes
-    through a gather, whose sharding JAX's explicit mode calls ambiguous).
-    ``None`` for anything else (advanced indexing, more indices than dims):
-    not this rule's case."""
+    through a gather, whose sharding JAX's explicit mode calls ambiguous)
+    and the result has elements: an empty result is JAX's ``full_like`` of
+    the output shape with the kept spec, never ambiguous. ``None`` for
+    anything else (advanced indexing, more indices than dims): not this
+    rule's case."""
     ndim = len(spec)
     if any(isinstance(i, bool) or not (isinstance(i, (int, slice)) or i is None or i is Ellipsis)
            for i in items):
@@ -103,7 +105,7 @@ def index(spec: Spec, items: Sequence, shape: Sequence[int]) -> tuple[Spec, Spec
         items = items[:k] + (slice(None),) * (ndim - consumed) + items[k + 1:]
     else:
         items = items + (slice(None),) * (ndim - consumed)
-    touched, out, d = [], [], 0
+    touched, out, d, empty = [], [], 0, False
     for i in items:
         if i is None:
             out.append(())
@@ -113,10 +115,13 @@ def index(spec: Spec, items: Sequence, shape: Sequence[int]) -> tuple[Spec, Spec
         elif i.indices(shape[d]) != (0, shape[d], 1):
             touched.append(d)
             out.append(spec[d])
+            empty = empty or len(range(*i.indices(shape[d]))) == 0
         else:
             out.append(spec[d])
+            empty = empty or shape[d] == 0
         d += 1
-    return replicate_dims(spec, touched), tuple(out), any(spec[t] for t in touched)
+    chosen = not empty and any(spec[t] for t in touched)
+    return replicate_dims(spec, touched), tuple(out), chosen
 
 
 def advanced_dims(items: Sequence, ndim: int, rank_of) -> list[int] | None:

@@ -21,7 +21,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 
 from parity import DeviceMesh, TensorLayout
 from parity import torch_impl as T
-from parity.torch_impl.collectives.redistribute import merge_groups
+from parity.torch_impl.collectives.merge_plan import merge_groups
 
 _REDISTRIBUTE_LOG = "torch.distributed.tensor._redistribute"
 
@@ -284,7 +284,8 @@ def test_reshard_dtensor_splits_is_one_all_gather_and_its_gradient_too(
 
 
 def test_gathered_mesh_dims_counts_every_shard_of_a_changed_dim():
-    from parity.torch_impl.collectives.whole_reshard import gathered_mesh_dims, needed
+    from parity.torch_impl.collectives.merge_plan import gathered_mesh_dims
+    from parity.torch_impl.collectives.merge_plan import whole_needed as needed
     from parity.torch_impl.runtime.torch_compat import StridedShard
 
     r, s0, s1 = Replicate(), Shard(0), Shard(1)

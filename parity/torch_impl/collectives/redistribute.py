@@ -31,15 +31,21 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.placement_types import Placement
 
 from parity.layout import Spec
-from parity.torch_impl.collectives import whole_reshard
+from parity.torch_impl.collectives import merge_plan
+from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
 from parity.torch_impl.collectives.gradient_buckets import (
     RESOLVED_ATTR,
     leaf_entry,
     remember_resolved,
 )
-from parity.torch_impl.collectives.flat_groups import registered as registered_flat_mesh
 from parity.torch_impl.collectives.relabel import is_relabel, relabeled
-from parity.torch_impl.layouts.specs import evenly_sharded, masked_partial, placements_for
+from parity.torch_impl.collectives.whole import gather_whole
+from parity.torch_impl.layouts.specs import (
+    describable,
+    evenly_sharded,
+    masked_partial,
+    placements_for,
+)
 
 
 def pending_mesh_dims(x: DTensor) -> tuple[int, ...]:
@@ -47,106 +53,65 @@ def pending_mesh_dims(x: DTensor) -> tuple[int, ...]:
     return tuple(i for i, p in enumerate(x.placements) if isinstance(p, Partial))
 
 
-def _strided(placements: Sequence[Placement]) -> bool:
-    return any(type(p).__name__ == "_StridedShard" for p in placements)
-
-
-def _change_key(src: Placement, dst: Placement) -> tuple:
-    """What DTensor's merge compares for one mesh dim's change (torch's
-    ``_optimize_transform_infos``): the (source, target) placements, with
-    pending sums and means alike (it reduces both as a sum, then scales)."""
-    if isinstance(src, Partial) and src.reduce_op in ("sum", "avg"):
-        return ("sum-or-avg", dst)
-    return (src, dst)
-
-
-def merge_groups(current: Sequence[Placement], target: Sequence[Placement]
-                 ) -> tuple[tuple[int, ...], ...]:
-    """The sets of >= 2 mesh dims whose change from ``current`` to ``target``
-    is the same collective (a pending sum completed, a shard gathered or
-    scattered): the flattened meshes DTensor needs to find to merge each
-    set's per-axis collectives into one. Pure; mesh dims in mesh order."""
-    groups: dict[tuple, list[int]] = {}
-    for dim, (src, dst) in enumerate(zip(current, target)):
-        if src != dst:
-            groups.setdefault(_change_key(src, dst), []).append(dim)
-    return tuple(tuple(dims) for dims in groups.values() if len(dims) > 1)
-
-
 def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     """``x.redistribute(x.device_mesh, placements)`` (differentiable), with
     the collectives that change several mesh axes the same way -- pending
     sums, means, maxima or minima completed, a dim's shards gathered --
-    merged by DTensor into one over those axes' flattened group
-    (``merge_groups``; the flattened meshes are registered for this one
-    call), and a redistribute DTensor would gather axis by axis without
-    merging (a strided shard, re-nested shards) taken in one all_gather of
-    the whole array (``whole_reshard``). Backward is the reverse
-    redistribute by the same rules (DTensor's own backward would split it
-    per axis). Pending values completed on mesh axes of size 1 and nothing
-    else changed: a relabel (``relabel``), no redistribute. While dynamo
-    traces (no flattened mesh can be created) it is DTensor's redistribute
-    unchanged."""
-    placements = tuple(placements)
+    merged by DTensor into one over those axes' flattened group (the
+    flattened meshes are registered for this one call), and a redistribute
+    DTensor would gather axis by axis without merging (a strided shard,
+    re-nested shards) taken in one all_gather of the whole array: the plan
+    is ``merge_plan``'s. Backward is the reverse redistribute by the same
+    rules (DTensor's own backward would split it per axis). Pending values
+    completed on mesh axes of size 1 and nothing else changed: a relabel
+    (``relabel``), no redistribute. While dynamo traces (no flattened mesh
+    can be created) it is DTensor's redistribute unchanged."""
+    return _redistributed(x, tuple(placements), differentiable=True)
+
+
+def _redistributed(x: DTensor, placements: tuple, differentiable: bool) -> DTensor:
+    """``merged``; ``differentiable=False``: its forward, not differentiable
+    by itself where it gathers the whole array (``_Merged`` runs it)."""
     if is_relabel(x, placements):  # pending only on mesh axes of size 1: nothing moves
         return relabeled(x, placements)
-    if torch.compiler.is_dynamo_compiling():
-        return x.redistribute(x.device_mesh, placements)
-    current = tuple(x.placements)
-    if x.requires_grad and torch.is_grad_enabled() and (
-            whole_reshard.needed(current, placements)  # not differentiable by itself
-            or _splits_per_axis(placements, _backward_target(placements, current))):
-        return _Merged.apply(x, placements)
-    return _one_collective(x, placements)
-
-
-def _one_collective(x: DTensor, placements: tuple) -> DTensor:
-    """``merged``'s forward (see there), not differentiable by itself where
-    it gathers the whole array."""
     mesh = x.device_mesh
-    if whole_reshard.applies(x, placements):
-        return whole_reshard.reshard(x, placements)  # one all_gather, not one per axis
-    groups = merge_groups(tuple(x.placements), placements)
-    if not groups or _strided(x.placements) or _strided(placements) or not evenly_sharded(x):
-        # an uneven shard (a raw DTensor's: 10 rows over 8 ranks) is gathered
-        # axis by axis: DTensor's all_gather over a flattened mesh assumes even
-        # chunks and silently corrupts uneven nested blocks (torch 2.13;
-        # pytorch#194457, open, fixes it): a leaky_relu gradient on (2, 2, 2)
-        # came back with zero rows
+    if torch.compiler.is_dynamo_compiling():
+        return x.redistribute(mesh, placements)
+    how = merge_plan.plan(tuple(x.placements), placements)
+    if differentiable and x.requires_grad and torch.is_grad_enabled() and (
+            how.whole or how.backward_splits):
+        return _Merged.apply(x, placements)  # the whole gather is not differentiable
+    # an uneven shard (a raw DTensor's: 10 rows over 8 ranks) is gathered
+    # axis by axis: DTensor's all_gather over a flattened mesh assumes even
+    # chunks and silently corrupts uneven nested blocks (torch 2.13;
+    # pytorch#194457, open, fixes it): a leaky_relu gradient on (2, 2, 2)
+    # came back with zero rows
+    if how.whole and describable(x) and evenly_sharded(x):  # blocks placed by the spec
+        whole = gather_whole(x)  # one all_gather, not one per axis
+        replicated = DTensor.from_local(whole, mesh, [Replicate()] * mesh.ndim,
+                                        run_check=False, shape=x.shape, stride=whole.stride())
+        return replicated.redistribute(mesh, placements)  # local slices only
+    if not how.groups or how.strided or not evenly_sharded(x):
         return x.redistribute(mesh, placements)
     with contextlib.ExitStack() as stack:
-        for dims in groups:
+        for dims in how.groups:
             stack.enter_context(registered_flat_mesh(mesh, dims))
         return x.redistribute(mesh, placements)
 
 
-def _splits_per_axis(current: tuple, target: tuple) -> bool:
-    """Whether DTensor alone would take one collective per mesh axis from
-    ``current`` to ``target`` where ``merged`` takes one."""
-    return bool(merge_groups(current, target)) or whole_reshard.needed(current, target)
-
-
-def _backward_target(current: tuple, previous: tuple) -> tuple:
-    """Where DTensor's redistribute backward lays a gradient with
-    ``current`` placements out: ``previous``, but a pending value there
-    stays replicated where the gradient is sharded or replicated (torch's
-    ``_redistribute_backward``: no pending gradient is made)."""
-    return tuple(Replicate() if isinstance(p, Partial) and not isinstance(c, Partial) else p
-                 for c, p in zip(current, previous))
-
-
 class _Merged(torch.autograd.Function):
-    """``_one_collective`` with its backward by the same rules: DTensor's
+    """``merged``'s forward with its backward by the same rules: DTensor's
     own backward of a redistribute gathers a gradient axis by axis."""
 
     @staticmethod
     def forward(ctx, x: DTensor, placements: tuple) -> DTensor:  # type: ignore[override]
         ctx.previous = tuple(x.placements)
-        return _one_collective(x, placements)
+        return _redistributed(x, placements, differentiable=False)
 
     @staticmethod
     def backward(ctx, grad: DTensor):  # type: ignore[override]
-        return merged(grad, _backward_target(tuple(grad.placements), ctx.previous)), None
+        current = tuple(grad.placements)
+        return merged(grad, merge_plan.backward_target(current, ctx.previous)), None
 
 
 def resolve_pending(x: DTensor) -> DTensor:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from subprocess_env import child_env
-from torchrun import children_cpu_seconds
+from torchrun import children_cpu_seconds, failure_text
 
 ROOT = Path(__file__).resolve().parents[1]
 OPT_IN = pytest.mark.skipif(
@@ -41,7 +41,7 @@ def run_example(*args: str, timeout: float = 600) -> str:
     print(f"train_llama.py {' '.join(args)}: {time.perf_counter() - start:.0f} s wall, "
           f"{children_cpu_seconds() - cpu_before:.0f} s CPU (all ranks), load average "
           f"{os.getloadavg()[0]:.1f} at the end")
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert proc.returncode == 0, failure_text(proc.stdout + proc.stderr, 6000)
     return proc.stdout
 
 

@@ -28,8 +28,26 @@ def run_torchrun(
     ]
     proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=timeout)
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-12000:]
+    assert proc.returncode == 0, failure_text(output, 12000)
     return output
+
+
+def failure_text(output: str, tail: int) -> str:
+    """What a failed job's assertion shows: the fault handler's report of
+    every rank that died of a signal ("Fatal Python error: Segmentation
+    fault" and each thread's Python stack; ``child_env`` turns it on), then
+    the last ``tail`` characters. The other ranks' tracebacks ("lost rank
+    0") fill the tail, so a crashed rank's own stack would be cut off."""
+    lines = output.splitlines()
+    crashes, keep = [], 0
+    for line in lines:
+        if "Fatal Python error" in line:
+            keep = 60  # the error, the current thread's stack, the others'
+        if keep:
+            crashes.append(line)
+            keep -= 1
+    head = "\n".join(crashes)
+    return (f"crashed ranks:\n{head}\n...\n" if head else "") + output[-tail:]
 
 
 def children_cpu_seconds() -> float:

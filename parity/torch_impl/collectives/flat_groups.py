@@ -22,7 +22,7 @@ from torch.distributed.tensor import DTensor, Replicate
 
 from parity.torch_impl.collectives.blocks import Group
 from parity.torch_impl.layouts.meshes import mesh_axis_names
-from parity.torch_impl.layouts.specs import has_strided
+from parity.torch_impl.layouts.specs import evenly_sharded, has_strided
 from parity.torch_impl.runtime import state
 from parity.torch_impl.runtime.torch_compat import flatten_registry, flattened_mesh, tree_flatten
 
@@ -100,14 +100,16 @@ def merging(mesh: TorchMesh, operands: Any) -> contextlib.AbstractContextManager
     strategy, which gathers or completes one mesh axis at a time and logs
     "N sequential all_gather operations" unless it finds a flattened mesh --
     when some operand is split or pending on two or more mesh dims and none
-    holds a strided shard; not while dynamo traces (no flattened mesh can be
-    created under fake tensors). Otherwise a block that does nothing."""
+    holds a strided shard or is unevenly sharded (DTensor's all_gather over a
+    flattened mesh corrupts uneven nested blocks: pytorch#194457); not while
+    dynamo traces (no flattened mesh can be created under fake tensors).
+    Otherwise a block that does nothing."""
     if mesh.ndim < 2 or torch.compiler.is_dynamo_compiling():
         return contextlib.nullcontext()
     several = False
     for value in tree_flatten(operands)[0]:
         if isinstance(value, DTensor):
-            if has_strided(value):
+            if has_strided(value) or not evenly_sharded(value):
                 return contextlib.nullcontext()
             several = several or sum(not isinstance(p, Replicate) for p in value.placements) > 1
     return every_registered(mesh) if several else contextlib.nullcontext()

@@ -10,8 +10,12 @@ op on every rank's full copy where DTensor's strategy is wrong or missing
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+from torch.distributed.tensor.debug import CommDebugMode
+
+from parity.torch_impl.collectives import flat_groups
 from parity.torch_impl.semantics import fallback, local_ops
 
 
@@ -34,6 +38,17 @@ def compute(func: Any, name: str, args: tuple, kwargs: dict, mesh: Any,
         return fallback.run_replicated(func, args, kwargs, mesh,
                                        "DTensor's strategy for it is wrong"), False
     try:
-        return func(*args, **kwargs), True
+        # DTensor lays the operands out itself where its strategy needs
+        # (torch 2.14.1 gathers ``any``'s operand, completes _foreach_norm's
+        # partial norms): one collective over the flattened group, not one
+        # per mesh axis with "N sequential all_gather operations" in the log.
+        # Such a call is not ``direct``: the fast path, which registers no
+        # flattened mesh, must not take it over.
+        merging = flat_groups.merging(mesh, (args, kwargs))
+        if isinstance(merging, contextlib.nullcontext):
+            return func(*args, **kwargs), True
+        with merging, CommDebugMode() as comm:
+            out = func(*args, **kwargs)
+        return out, comm.get_total_counts() == 0
     except (NotImplementedError, RuntimeError) as err:
         return fallback.recover(err, func, args, kwargs, mesh), False

@@ -25,15 +25,14 @@ _DIST_MARKERS = (
 @dataclass
 class Peer:
     """What one rank last published: where it runs, its heartbeat (and when
-    this rank saw it change), whether it is inside a collective and since
-    when (wall clock), and its exit marker (``""`` while it runs)."""
+    this rank saw it change), whether a collective of its own timed out, and
+    its exit marker (``""`` while it runs)."""
 
     host: str = ""
     pid: int = 0
     beat: str = ""
     beat_seen_at: float = 0.0
-    in_collective: bool = False
-    state_since: float = 0.0
+    timed_out: bool = False
     exit: str = ""
 
 
@@ -81,13 +80,11 @@ def find_lost(peers: Mapping[int, Peer], rank: int, *, this_host: str,
     return None
 
 
-def stuck_peers(peers: Mapping[int, Peer], rank: int, *, wall_now: float,
-                pg_timeout_s: float) -> list[int]:
-    """Running peers outside any collective for at least half the
-    process-group timeout (``wall_now`` on the clock of ``state_since``)."""
-    return [r for r, p in peers.items()
-            if r != rank and not p.exit and not p.in_collective
-            and wall_now - p.state_since >= 0.5 * pg_timeout_s]
+def stuck_peers(peers: Mapping[int, Peer], rank: int) -> list[int]:
+    """Running peers whose collectives have not timed out (asked once this
+    rank's collective timed out and the peers had time to time out too:
+    the ranks left out are the ones not waiting in any collective)."""
+    return [r for r, p in peers.items() if r != rank and not p.exit and not p.timed_out]
 
 
 def lost_message(lost: tuple[int, str], rank: int, world_size: int) -> str:

@@ -33,8 +33,26 @@ which rank was lost, as ``jax.distributed``'s coordination service does:
   job that lost a rank cannot continue).
 
 A peer that is alive but stuck inside Python keeps its heartbeat; the
-others then wait for the process-group timeout, and the message lists the
-ranks that were not inside a collective (the stuck ones).
+others then wait for the process-group timeout. A rank whose collective
+timed out says so in the store and gives its peers half the process-group
+timeout to say the same (theirs time out too when they wait in a
+collective); the message lists the running ranks that did not (the stuck
+ones, outside any collective).
+
+The heartbeat thread never looks at another thread's Python stack. It did,
+to publish whether the main thread was inside ``torch.distributed``: first
+walking ``sys._current_frames()[main].f_back`` (a frame object made for one
+of dynamo's frames could point at freed memory by the next step), then
+with ``faulthandler.dump_traceback(all_threads=True)``, which reads the
+interpreter's thread list without its lock. gloo's worker threads take the
+GIL from threads CPython does not know (a collective issued under
+``saved_tensors_hooks``, as activation checkpointing does, copies the hooks
+there), so CPython links a new thread state into that list while the
+thread runs, and the dump read one half made: SIGSEGV in
+``dump_traceback`` (measured: every run of
+``tests/multiprocess/thread_state_worker.py`` with a 1 ms heartbeat, and a
+rank of ``examples/train_llama.py`` in about 1 run of 50 with the default
+0.5 s).
 
 ``PARITY_WATCHDOG=0`` turns the watchdog off.
 """
@@ -43,12 +61,9 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import faulthandler
 import os
-import re
 import socket
 import sys
-import tempfile
 import threading
 import time
 
@@ -63,27 +78,6 @@ from parity.torch_impl.runtime.fault_diagnosis import (
 from parity.torch_impl.runtime.torch_compat import default_store
 
 _PREFIX = "parity/faults/"
-
-_THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x([0-9a-fA-F]+) ")
-_FRAME_LINE = re.compile(r'^  File "(.*)", line ')
-
-
-def thread_files(dump: str, ident: int) -> list[str]:
-    """The file names on thread ``ident``'s stack, most recent call first, in
-    ``dump`` (what ``faulthandler.dump_traceback(all_threads=True)`` wrote);
-    ``[]`` when the thread is not in it."""
-    files: list[str] = []
-    inside = False
-    for line in dump.splitlines():
-        header = _THREAD_HEADER.match(line)
-        if header:
-            inside = int(header.group(1), 16) == ident
-            continue
-        frame = _FRAME_LINE.match(line)
-        if inside and frame:
-            files.append(frame.group(1))
-    return files
-
 
 
 def _env_float(name: str, default: float) -> float:
@@ -129,13 +123,10 @@ class Watchdog:
         self.peers = {r: Peer() for r in range(world_size)}
         self.lost: tuple[int, str] | None = None
         self._beats = 0
-        self._state = (False, time.time())
         self._stop = threading.Event()
         self._store_lock = threading.Lock()
         self._reported = threading.Lock()
         self._done = False
-        self._main_ident = threading.main_thread().ident
-        self._stack_dump = tempfile.TemporaryFile(buffering=0)  # faulthandler writes to a file descriptor
         self._thread = threading.Thread(target=self._loop, name="parity-watchdog", daemon=True)
 
     # -- store protocol -------------------------------------------------
@@ -145,6 +136,7 @@ class Watchdog:
     def register(self) -> None:
         self.store.set(self._key("who", self.rank), f"{socket.gethostname()}|{os.getpid()}")
         self.store.set(self._key("exit", self.rank), "")
+        self.store.set(self._key("timeout", self.rank), "")
         self._beat()
         keys = [self._key("who", r) for r in range(self.world_size)]
         self.store.wait(keys, datetime.timedelta(seconds=max(self.pg_timeout_s, 10)))
@@ -155,38 +147,19 @@ class Watchdog:
 
     def _beat(self) -> None:
         self._beats += 1
-        inside = self._main_in_collective()
-        if inside != self._state[0]:
-            self._state = (inside, time.time())
-        value = f"{self._beats}:{int(inside)}:{self._state[1]:.3f}"
         with self._store_lock:
-            self.store.set(self._key("hb", self.rank), value)
+            self.store.set(self._key("hb", self.rank), str(self._beats))
 
-    def _main_in_collective(self) -> bool:
-        """Whether the main thread is inside ``torch.distributed`` (one of its
-        files is on the main thread's Python stack).
-
-        The stack is read as ``faulthandler`` reads it: one C call that holds
-        the GIL from the first frame to the last and makes no frame objects.
-        Walking ``sys._current_frames()[main].f_back`` from this thread, as
-        this did before, let the main thread run between two steps of the
-        walk; under ``torch.compile`` (CPython 3.11) a frame object made for
-        one of dynamo's frames could then point at freed memory, and the
-        next ``f_back`` killed the rank with SIGSEGV (measured: with a 2 ms
-        heartbeat, within three compiled steps on 4 gloo ranks).
-        """
-        dump = self._stack_dump
-        dump.seek(0)
-        dump.truncate()
-        faulthandler.dump_traceback(dump, all_threads=True)
-        dump.seek(0)
-        files = thread_files(dump.read().decode("utf-8", "replace"), self._main_ident)
-        return any("torch/distributed" in name or "torch\\distributed" in name for name in files)
+    def report_timeout(self) -> None:
+        """Say in the store that a collective of this rank timed out."""
+        with self._store_lock:
+            self.store.set(self._key("timeout", self.rank), "1")
 
     def _refresh(self) -> bool:
         """Read every peer's heartbeat and exit marker; False when the store is gone."""
         ranks = range(self.world_size)
-        keys = [self._key("hb", r) for r in ranks] + [self._key("exit", r) for r in ranks]
+        keys = ([self._key("hb", r) for r in ranks] + [self._key("exit", r) for r in ranks]
+                + [self._key("timeout", r) for r in ranks])
         try:
             with self._store_lock:
                 values = self.store.multi_get(keys)
@@ -198,9 +171,8 @@ class Watchdog:
             beat = values[r].decode()
             if beat != peer.beat:
                 peer.beat, peer.beat_seen_at = beat, now
-                _, flag, since = (beat.split(":") + ["0", "0"])[:3]
-                peer.in_collective, peer.state_since = flag == "1", float(since or 0)
             peer.exit = values[self.world_size + r].decode()
+            peer.timed_out = values[2 * self.world_size + r] == b"1"
         return True
 
     # -- diagnosis (fault_diagnosis decides; this reads the store) ----------
@@ -224,10 +196,19 @@ class Watchdog:
         return lost_message(lost, self.rank, self.world_size)
 
     def stuck_peers(self) -> list[int]:
-        """Peers outside any collective for at least half the process-group timeout."""
-        self._refresh()
-        return stuck_peers(self.peers, self.rank, wall_now=time.time(),
-                           pg_timeout_s=self.pg_timeout_s)
+        """After this rank's collective timed out: the running peers whose
+        collectives did not time out within half the process-group timeout
+        (polled; returns as soon as every running peer's did, or a peer is
+        lost)."""
+        self.report_timeout()
+        deadline = time.monotonic() + 0.5 * self.pg_timeout_s
+        while True:
+            if self.lost or self.find_lost():
+                return []
+            stuck = stuck_peers(self.peers, self.rank)
+            if not stuck or time.monotonic() >= deadline:
+                return stuck
+            time.sleep(min(self.interval_s, 0.2))
 
     def error_for(self, err: BaseException) -> ParityError:
         """The ParityError that explains a distributed failure seen by this rank."""
@@ -239,9 +220,10 @@ class Watchdog:
             names = ", ".join(map(str, stuck))
             return LostRankError(
                 f"lost rank {names} of {self.world_size}: stuck outside any collective "
-                f"while this rank ({self.rank}) waited the process-group timeout "
-                f"({self.pg_timeout_s:.0f} s). Look at rank {names}'s stack (py-spy dump); "
-                f"restart the whole job. (backend said: {first_line})", rank=stuck[0])
+                f"(alive, and no collective of its timed out) while this rank "
+                f"({self.rank}) waited the process-group timeout ({self.pg_timeout_s:.0f} s). "
+                f"Look at rank {names}'s stack (py-spy dump); restart the whole job. "
+                f"(backend said: {first_line})", rank=stuck[0])
         # A dead peer on this host shows at once; a vanished one on another
         # host once its heartbeat is stale.
         lost = self.wait_for_lost(2 * self.interval_s if timed_out else self.stale_s + 2 * self.interval_s)
@@ -251,8 +233,8 @@ class Watchdog:
         if timed_out:
             return LostRankError(
                 f"a collective timed out after the process-group timeout "
-                f"({self.pg_timeout_s:.0f} s) on rank {self.rank}, and every peer is alive "
-                f"and inside a collective: the ranks disagree on which collective to run "
+                f"({self.pg_timeout_s:.0f} s) on rank {self.rank}, and every running peer's "
+                f"collective timed out too: the ranks disagree on which collective to run "
                 f"(backend said: {first_line})", rank=None)
         return ParityError(
             f"a collective failed on rank {self.rank} and no peer was found lost "

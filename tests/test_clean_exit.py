@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from subprocess_env import child_env
-from torchrun import children_cpu_seconds
+from torchrun import children_cpu_seconds, failure_text
 
 ROOT = Path(__file__).resolve().parents[1]
 RANKS = 4
@@ -40,7 +40,7 @@ def run_job() -> str:
     proc = subprocess.run(cmd, check=False, env=child_env(), capture_output=True, text=True,
                           timeout=300)
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"exit status {proc.returncode}\n{output[-3000:]}"
+    assert proc.returncode == 0, f"exit status {proc.returncode}\n{failure_text(output, 3000)}"
     assert output.count(": ok 24.0") == RANKS, output[-3000:]
     assert output.count(": gloo threads at exit: 0") == RANKS, output[-3000:]
     return output

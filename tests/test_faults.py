@@ -186,6 +186,28 @@ def test_a_timeout_where_every_peer_timed_out_says_the_ranks_disagree():
     assert time.monotonic() - started < 10  # not the 30 s a stuck peer is given
 
 
+def test_a_timeout_with_the_store_gone_names_nobody_stuck():
+    """The store dies: reporting the timeout must not raise out of the
+    diagnosis (it runs in the exception hook), and no peer is called stuck
+    for lack of news from it."""
+    dogs = _watchdogs(pg_timeout_s=1.0)
+
+    class DeadStore:
+        def __getattr__(self, name):
+            def fail(*args, **kwargs):
+                raise RuntimeError("Connection reset by peer")
+            return fail
+
+    dogs[0].store = DeadStore()  # rank 0 hosts it: no peer to blame for it
+    err = dogs[0].error_for(RuntimeError("[gloo] Timed out waiting 1000ms for recv"))
+    assert isinstance(err, LostRankError) and err.rank is None, err
+    assert "the job's store no longer answers" in str(err), err
+    dogs[1].store = DeadStore()  # seen from another rank: the store's host is lost
+    err = dogs[1].error_for(RuntimeError("[gloo] Timed out waiting 1000ms for recv"))
+    assert isinstance(err, LostRankError) and err.rank == 0, err
+    assert "it hosted the job's store, which no longer answers" in str(err), err
+
+
 def test_the_heartbeat_never_reads_another_threads_stack(watchdogs, monkeypatch):
     """Reading the main thread's stack from the heartbeat thread crashed
     ranks twice: walking ``sys._current_frames()`` frames under

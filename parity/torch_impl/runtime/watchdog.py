@@ -151,9 +151,13 @@ class Watchdog:
             self.store.set(self._key("hb", self.rank), str(self._beats))
 
     def report_timeout(self) -> None:
-        """Say in the store that a collective of this rank timed out."""
-        with self._store_lock:
-            self.store.set(self._key("timeout", self.rank), "1")
+        """Say in the store that a collective of this rank timed out (nothing
+        when the store no longer answers: the diagnosis then names its host)."""
+        try:
+            with self._store_lock:
+                self.store.set(self._key("timeout", self.rank), "1")
+        except Exception:  # noqa: BLE001 - the store may be the thing that died
+            pass
 
     def _refresh(self) -> bool:
         """Read every peer's heartbeat and exit marker; False when the store is gone."""
@@ -195,16 +199,18 @@ class Watchdog:
     def message(self, lost: tuple[int, str]) -> str:
         return lost_message(lost, self.rank, self.world_size)
 
-    def stuck_peers(self) -> list[int]:
+    def stuck_peers(self) -> list[int] | None:
         """After this rank's collective timed out: the running peers whose
         collectives did not time out within half the process-group timeout
         (polled; returns as soon as every running peer's did, or a peer is
-        lost)."""
+        lost); None when the store no longer answers (nobody can tell)."""
         self.report_timeout()
         deadline = time.monotonic() + 0.5 * self.pg_timeout_s
         while True:
-            if self.lost or self.find_lost():
+            if self.lost or self.find_lost():  # the store's host, when it is a peer
                 return []
+            if not self._refresh():
+                return None
             stuck = stuck_peers(self.peers, self.rank)
             if not stuck or time.monotonic() >= deadline:
                 return stuck
@@ -216,6 +222,12 @@ class Watchdog:
         first_line = text.splitlines()[0] if text else type(err).__name__
         timed_out = "Timed out" in text or "timed out" in text
         stuck = self.stuck_peers() if timed_out else []
+        if stuck is None:
+            return LostRankError(
+                f"a collective timed out after the process-group timeout "
+                f"({self.pg_timeout_s:.0f} s) on rank {self.rank}, and the job's store no "
+                f"longer answers, so which rank stopped cannot be told: look at every "
+                f"rank's log; restart the whole job. (backend said: {first_line})", rank=None)
         if stuck:
             names = ", ".join(map(str, stuck))
             return LostRankError(

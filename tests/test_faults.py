@@ -238,7 +238,7 @@ def test_the_heartbeat_never_reads_another_threads_stack(watchdogs, monkeypatch)
 
 
 @pytest.mark.multiprocess
-def test_collectives_that_make_thread_states_survive_a_1ms_heartbeat(tmp_path):
+def test_collectives_that_make_thread_states_survive_a_1ms_heartbeat():
     """gloo's worker threads create Python thread states while collectives
     run under ``saved_tensors_hooks`` (activation checkpointing); a 1 ms
     heartbeat beside them. Before the heartbeat stopped dumping every

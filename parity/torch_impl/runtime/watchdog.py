@@ -134,10 +134,12 @@ class Watchdog:
         return f"{_PREFIX}{kind}/{rank}"
 
     def register(self) -> None:
-        self.store.set(self._key("who", self.rank), f"{socket.gethostname()}|{os.getpid()}")
+        # "who" last: a peer that has seen it finds every key _refresh reads
+        # (a missing key would block multi_get until the store's timeout)
         self.store.set(self._key("exit", self.rank), "")
         self.store.set(self._key("timeout", self.rank), "")
         self._beat()
+        self.store.set(self._key("who", self.rank), f"{socket.gethostname()}|{os.getpid()}")
         keys = [self._key("who", r) for r in range(self.world_size)]
         self.store.wait(keys, datetime.timedelta(seconds=max(self.pg_timeout_s, 10)))
         for r, value in zip(range(self.world_size), self.store.multi_get(keys)):
@@ -182,7 +184,10 @@ class Watchdog:
     # -- diagnosis (fault_diagnosis decides; this reads the store) ----------
     def find_lost(self) -> tuple[int, str] | None:
         """The root-cause lost rank and why, following ``peer:R`` markers."""
-        store_ok = self._refresh()
+        return self._lost_as_read(self._refresh())
+
+    def _lost_as_read(self, store_ok: bool) -> tuple[int, str] | None:
+        """``find_lost`` on what the last ``_refresh`` read (``store_ok``: its result)."""
         return find_lost(self.peers, self.rank, this_host=socket.gethostname(),
                          pid_alive=_pid_alive, store_ok=store_ok,
                          store_host_rank=self.store_host_rank, now=time.monotonic(),
@@ -207,9 +212,10 @@ class Watchdog:
         self.report_timeout()
         deadline = time.monotonic() + 0.5 * self.pg_timeout_s
         while True:
-            if self.lost or self.find_lost():  # the store's host, when it is a peer
+            store_ok = self._refresh()
+            if self.lost or self._lost_as_read(store_ok):  # the store's host, when a peer
                 return []
-            if not self._refresh():
+            if not store_ok:
                 return None
             stuck = stuck_peers(self.peers, self.rank)
             if not stuck or time.monotonic() >= deadline:

@@ -94,22 +94,28 @@ def every_registered(mesh: TorchMesh) -> Iterator[None]:
         yield
 
 
-def merging(mesh: TorchMesh, operands: Any) -> contextlib.AbstractContextManager:
-    """``every_registered(mesh)`` around a call in which DTensor lays its
-    ``operands`` (any pytree) out by itself -- an op run on DTensor's own
-    strategy, which gathers or completes one mesh axis at a time and logs
-    "N sequential all_gather operations" unless it finds a flattened mesh --
-    when some operand is split or pending on two or more mesh dims and none
-    holds a strided shard or is unevenly sharded (DTensor's all_gather over a
-    flattened mesh corrupts uneven nested blocks: pytorch#194457); not while
-    dynamo traces (no flattened mesh can be created under fake tensors).
-    Otherwise a block that does nothing."""
+def merge_needed(mesh: TorchMesh, operands: Any) -> bool:
+    """Whether a call in which DTensor lays its ``operands`` (any pytree) out
+    by itself -- an op run on DTensor's own strategy, which gathers or
+    completes one mesh axis at a time and logs "N sequential all_gather
+    operations" unless it finds a flattened mesh -- should run under
+    ``every_registered(mesh)``: when some operand is split or pending on two
+    or more mesh dims and none holds a strided shard or is unevenly sharded
+    (DTensor's all_gather over a flattened mesh corrupts uneven nested
+    blocks: pytorch#194457); never while dynamo traces (no flattened mesh
+    can be created under fake tensors)."""
     if mesh.ndim < 2 or torch.compiler.is_dynamo_compiling():
-        return contextlib.nullcontext()
+        return False
     several = False
     for value in tree_flatten(operands)[0]:
         if isinstance(value, DTensor):
             if has_strided(value) or not evenly_sharded(value):
-                return contextlib.nullcontext()
+                return False
             several = several or sum(not isinstance(p, Replicate) for p in value.placements) > 1
-    return every_registered(mesh) if several else contextlib.nullcontext()
+    return several
+
+
+def merging(mesh: TorchMesh, operands: Any) -> contextlib.AbstractContextManager:
+    """``every_registered(mesh)`` where ``merge_needed(mesh, operands)``,
+    otherwise a block that does nothing."""
+    return every_registered(mesh) if merge_needed(mesh, operands) else contextlib.nullcontext()

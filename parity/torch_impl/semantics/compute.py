@@ -10,7 +10,6 @@ op on every rank's full copy where DTensor's strategy is wrong or missing
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from torch.distributed.tensor.debug import CommDebugMode
@@ -44,10 +43,9 @@ def compute(func: Any, name: str, args: tuple, kwargs: dict, mesh: Any,
         # per mesh axis with "N sequential all_gather operations" in the log.
         # Such a call is not ``direct``: the fast path, which registers no
         # flattened mesh, must not take it over.
-        merging = flat_groups.merging(mesh, (args, kwargs))
-        if isinstance(merging, contextlib.nullcontext):
+        if not flat_groups.merge_needed(mesh, (args, kwargs)):
             return func(*args, **kwargs), True
-        with merging, CommDebugMode() as comm:
+        with flat_groups.every_registered(mesh), CommDebugMode() as comm:
             out = func(*args, **kwargs)
         return out, comm.get_total_counts() == 0
     except (NotImplementedError, RuntimeError) as err:

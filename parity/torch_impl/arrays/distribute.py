@@ -31,7 +31,7 @@ from parity.torch_impl.layouts.tensors import (
     require_layout,
 )
 from parity.torch_impl.collectives.redistribute import merged, resolve_pending
-from parity.torch_impl.layouts.specs import placements_for
+from parity.torch_impl.layouts.specs import blocks_of, placements_for
 
 
 def _mesh_position(layout: TensorLayout) -> dict[int, int]:
@@ -134,7 +134,7 @@ def to_numpy(x: Any) -> np.ndarray:
     if isinstance(x, DTensor):
         check_not_donated(x)
         x = resolve_pending(x)
-        whole = gather_whole(x)  # every rank's copy of the global array
+        whole = gather_whole(x, blocks_of(x))  # every rank's copy of the global array
         x = first_rank_value(whole)
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu()

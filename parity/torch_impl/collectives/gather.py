@@ -15,7 +15,7 @@ from parity.torch_impl.collectives.donation import require_dtensor
 from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.collectives.redistribute import resolve_pending
 from parity.torch_impl.collectives.whole import gather_whole
-from parity.torch_impl.layouts.specs import evenly_sharded
+from parity.torch_impl.layouts.specs import blocks_of
 from parity.torch_impl.layouts.tensors import result_spec
 
 
@@ -31,7 +31,7 @@ class _GatherWhole(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: DTensor) -> DTensor:
         ctx.placements = tuple(x.placements)
-        whole = gather_whole(x)
+        whole = gather_whole(x, blocks_of(x))
         spec = result_spec(x.device_mesh, ((),) * x.ndim, x.shape, x.dtype)
         return DTensor.__new__(DTensor, whole, spec, requires_grad=False)
 
@@ -52,11 +52,12 @@ def all_gather_variable(x: Any) -> DTensor:
     Raises ``ParityError`` when ``x`` is not a DTensor.
     """
     x = resolve_pending(require_dtensor(x, "all_gather_variable"))
-    if not evenly_sharded(x):
+    blocks = blocks_of(x)
+    if not blocks.even:
         # DTensor's redistribute: differentiable, and it handles uneven blocks.
         return redistribute.merged(x, [Replicate()] * x.device_mesh.ndim)
     if x.requires_grad and torch.is_grad_enabled():
         return gather_whole_differentiable(x)  # one collective, gradient to x's placements
-    whole = gather_whole(x)  # one collective over the flattened group
+    whole = gather_whole(x, blocks)  # one collective over the flattened group
     spec = result_spec(x.device_mesh, ((),) * x.ndim, x.shape, x.dtype)
     return DTensor.__new__(DTensor, whole, spec, requires_grad=False)

@@ -40,12 +40,7 @@ from parity.torch_impl.collectives.gradient_buckets import (
 )
 from parity.torch_impl.collectives.relabel import is_relabel, relabeled
 from parity.torch_impl.collectives.whole import gather_whole
-from parity.torch_impl.layouts.specs import (
-    describable,
-    evenly_sharded,
-    masked_partial,
-    placements_for,
-)
+from parity.torch_impl.layouts.specs import blocks_of, placements_for
 
 
 def pending_mesh_dims(x: DTensor) -> tuple[int, ...]:
@@ -69,34 +64,45 @@ def merged(x: DTensor, placements: Sequence[Placement]) -> DTensor:
     return _redistributed(x, tuple(placements), differentiable=True)
 
 
-def _redistributed(x: DTensor, placements: tuple, differentiable: bool) -> DTensor:
+def _redistributed(x: DTensor, placements: tuple, differentiable: bool,
+                   resolving: bool = False) -> DTensor:
     """``merged``; ``differentiable=False``: its forward, not differentiable
-    by itself where it gathers the whole array (``_Merged`` runs it)."""
-    if is_relabel(x, placements):  # pending only on mesh axes of size 1: nothing moves
-        return relabeled(x, placements)
+    by itself where it gathers the whole array (``_Merged`` runs it);
+    ``resolving``: ``placements`` complete every pending axis of ``x`` and
+    change nothing else (``resolve_pending``), and the completion of a
+    masked partial sum is remembered (DTensor releases its mask at the
+    first completion)."""
     mesh = x.device_mesh
     if torch.compiler.is_dynamo_compiling():
         return x.redistribute(mesh, placements)
-    how = merge_plan.plan(tuple(x.placements), placements)
-    if differentiable and x.requires_grad and torch.is_grad_enabled() and (
-            how.whole or how.backward_splits):
-        return _Merged.apply(x, placements)  # the whole gather is not differentiable
-    # an uneven shard (a raw DTensor's: 10 rows over 8 ranks) is gathered
-    # axis by axis: DTensor's all_gather over a flattened mesh assumes even
-    # chunks and silently corrupts uneven nested blocks (torch 2.13;
-    # pytorch#194457, open, fixes it): a leaky_relu gradient on (2, 2, 2)
-    # came back with zero rows
-    if how.whole and describable(x) and evenly_sharded(x):  # blocks placed by the spec
-        whole = gather_whole(x)  # one all_gather, not one per axis
-        replicated = DTensor.from_local(whole, mesh, [Replicate()] * mesh.ndim,
-                                        run_check=False, shape=x.shape, stride=whole.stride())
-        return replicated.redistribute(mesh, placements)  # local slices only
-    if not how.groups or how.strided or not evenly_sharded(x):
-        return x.redistribute(mesh, placements)
-    with contextlib.ExitStack() as stack:
-        for dims in how.groups:
-            stack.enter_context(registered_flat_mesh(mesh, dims))
-        return x.redistribute(mesh, placements)
+    blocks = blocks_of(x)  # the layout questions below, answered once
+    if is_relabel(x, placements):  # pending only on mesh axes of size 1: nothing moves
+        out = relabeled(x, placements)
+    else:
+        how = merge_plan.plan(tuple(x.placements), placements)
+        if differentiable and x.requires_grad and torch.is_grad_enabled() and (
+                how.whole or how.backward_splits):
+            out = _Merged.apply(x, placements)  # the whole gather is not differentiable
+        # an uneven shard (a raw DTensor's: 10 rows over 8 ranks) is gathered
+        # axis by axis: DTensor's all_gather over a flattened mesh assumes even
+        # chunks and silently corrupts uneven nested blocks (torch 2.13;
+        # pytorch#194457, open, fixes it): a leaky_relu gradient on (2, 2, 2)
+        # came back with zero rows
+        elif how.whole and blocks.spec is not None and blocks.even:  # blocks placed by the spec
+            whole = gather_whole(x, blocks)  # one all_gather, not one per axis
+            replicated = DTensor.from_local(whole, mesh, [Replicate()] * mesh.ndim,
+                                            run_check=False, shape=x.shape, stride=whole.stride())
+            out = replicated.redistribute(mesh, placements)  # local slices only
+        elif not how.groups or how.strided or not blocks.even:
+            out = x.redistribute(mesh, placements)
+        else:
+            with contextlib.ExitStack() as stack:
+                for dims in how.groups:
+                    stack.enter_context(registered_flat_mesh(mesh, dims))
+                out = x.redistribute(mesh, placements)
+    if resolving and blocks.masked:
+        remember_resolved(x, out)
+    return out
 
 
 class _Merged(torch.autograd.Function):
@@ -128,10 +134,8 @@ def resolve_pending(x: DTensor) -> DTensor:
         found = getattr(x, RESOLVED_ATTR, None)
         if found is not None and found[0] == x._version:
             return found[1]
-    done = merged(x, [Replicate() if isinstance(p, Partial) else p for p in x.placements])
-    if not compiling and masked_partial(x.placements):
-        remember_resolved(x, done)
-    return done
+    return _redistributed(x, tuple(Replicate() if isinstance(p, Partial) else p
+                                   for p in x.placements), True, resolving=True)
 
 
 def move(x: DTensor, target: tuple, *, guard: bool = False) -> DTensor:

@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor, Shard
 
 from parity.torch_impl.collectives import flat_groups
 from parity.torch_impl.collectives.blocks import all_gather_block
-from parity.torch_impl.layouts.specs import evenly_sharded, mesh_axis_names, spec_of
+from parity.torch_impl.layouts.specs import Blocks
 from parity.torch_impl.runtime.torch_compat import StridedShard
 
 
@@ -30,19 +30,20 @@ def sharding_mesh_dims(x: DTensor) -> tuple[int, ...]:
     return tuple(m for m, p in enumerate(x.placements) if isinstance(p, (Shard, StridedShard)))
 
 
-def gather_whole(x: DTensor) -> torch.Tensor:
-    """The global array of ``x`` (no pending reduction) as a plain tensor on
-    every rank (a ``LocalTensor`` of equal blocks when simulated), through
-    at most one all_gather; an unevenly sharded ``x`` (a raw DTensor's)
-    through DTensor's ``full_tensor``."""
+def gather_whole(x: DTensor, blocks: Blocks) -> torch.Tensor:
+    """The global array of ``x`` (no pending reduction; ``blocks``: its
+    layout, ``specs.blocks_of(x)``) as a plain tensor on every rank (a
+    ``LocalTensor`` of equal blocks when simulated), through at most one
+    all_gather; an unevenly sharded ``x`` (a raw DTensor's) through
+    DTensor's ``full_tensor``. Raises ``LayoutError`` for strided shards no
+    spec describes."""
     mesh_dims = sharding_mesh_dims(x)
     local = x._local_tensor.contiguous()
     if not mesh_dims:
         return local
     mesh = x.device_mesh
-    spec = spec_of(x)  # LayoutError for strided shards no spec describes
-    names = mesh_axis_names(mesh)
-    if not evenly_sharded(x):
+    spec, names = blocks.described(), blocks.axis_names
+    if not blocks.even:
         return x.full_tensor()
     group = flat_groups.group(mesh, mesh_dims)
     gathered = all_gather_block(local.view(-1), 0, group)

@@ -37,6 +37,7 @@ generation (``meshes``, ``tensors.result_spec``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -206,7 +207,7 @@ def placements_for(spec: Spec, mesh) -> tuple:
 def spec_and_pending(x: DTensor) -> tuple[Spec, tuple[str, ...]]:
     """``(spec, pending_axes)`` of a DTensor: ``pending_axes`` names the mesh
     axes holding a ``Partial``. Raises ``LayoutError`` for strided shards no
-    spec describes (see ``describable``)."""
+    spec describes (``blocks_of`` says so without raising)."""
     return _spec_and_pending(tuple(x.placements), x.ndim, x.device_mesh)
 
 
@@ -258,12 +259,50 @@ def axis_sizes(mesh) -> dict[str, int]:
     return dict(zip(mesh_axis_names(mesh), mesh.shape))
 
 
-def evenly_sharded(x: DTensor) -> bool:
-    """Whether every dim of ``x`` divides by its shard count (parity's own
-    layouts always do; a raw DTensor may not)."""
-    sizes = axis_sizes(x.device_mesh)
-    return all(n % math.prod([sizes[a] for a in entry]) == 0  # a list: dynamo
-               for n, entry in zip(x.shape, spec_of(x)))
+@dataclasses.dataclass(frozen=True)
+class Blocks:
+    """What a collective asks of a DTensor's layout before it moves the
+    blocks, answered in one place: ``spec`` (``None`` where no
+    PartitionSpec describes the placements; ``undescribed`` is then the
+    conversion's ``LayoutError``), the mesh's ``axis_names``, ``even``:
+    every dim divides by its shard count (``False`` where ``spec`` is
+    ``None``), and ``masked``: a mesh dim holds DTensor's masked partial
+    sum (``masked_partial``)."""
+
+    spec: Spec | None
+    axis_names: tuple[str, ...]
+    even: bool
+    masked: bool = False
+    undescribed: LayoutError | None = None
+
+    def described(self) -> Spec:
+        """``spec``; raises ``LayoutError`` where no PartitionSpec describes
+        the placements (``spec_of``'s error)."""
+        if self.undescribed is not None:
+            err = self.undescribed
+            raise LayoutError(str(err), what=err.what, value=err.value)
+        return self.spec
+
+
+def blocks_of(x: DTensor) -> Blocks:
+    """``Blocks`` of a DTensor (cached per placements, shape and mesh)."""
+    mesh = x.device_mesh
+    return _blocks(tuple(x.placements), tuple(x.shape), tuple(mesh.shape), mesh_axis_names(mesh))
+
+
+# Speed: one cached answer where the redistribute and the whole gather asked
+# four questions of the same tensor (spec, axis names, evenness, masked
+# partial sum), each a conversion or a loop of its own.
+@functools.lru_cache(maxsize=8192)
+def _blocks(placements: tuple, shape: tuple, mesh_shape: tuple, names: tuple) -> Blocks:
+    masked = masked_partial(placements)
+    try:
+        spec = _spec(placements, len(shape), mesh_shape, names)[0]
+    except LayoutError as err:
+        return Blocks(None, names, False, masked, err)
+    sizes = dict(zip(names, mesh_shape))
+    even = all(n % math.prod([sizes[a] for a in entry]) == 0 for n, entry in zip(shape, spec))
+    return Blocks(spec, names, even, masked)
 
 
 def has_strided(x: DTensor) -> bool:
@@ -273,16 +312,6 @@ def has_strided(x: DTensor) -> bool:
         if type(p) is StridedShard:
             return True
     return False
-
-
-def describable(x: DTensor) -> bool:
-    """Whether ``x``'s placements are a JAX ``PartitionSpec`` (DTensor can
-    make strided shards that none describes, e.g. after a reshape)."""
-    try:
-        spec_and_pending(x)
-    except LayoutError:  # to_spec: an order no PartitionSpec describes
-        return False
-    return True
 
 
 def without_strided(x: DTensor) -> DTensor:

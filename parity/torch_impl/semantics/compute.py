@@ -25,6 +25,9 @@ def compute(func: Any, name: str, args: tuple, kwargs: dict, mesh: Any,
     missing (``fallback.before_dtensor``), else DTensor itself (``direct``),
     recovering where DTensor refuses (``fallback.recover``). Raises what the
     op raises."""
+    # whether DTensor, running the op itself, should find the flattened
+    # meshes: asked first, of the operands as prepared
+    merge = flat_groups.merge_needed(mesh, (args, kwargs))
     if name in local_ops.LOCAL_REDUCTIONS:
         out = local_ops.run_local_reduction(func, args, kwargs)
         if isinstance(out, local_ops.OnWhole):  # each rank on the gathered operands
@@ -43,7 +46,7 @@ def compute(func: Any, name: str, args: tuple, kwargs: dict, mesh: Any,
         # per mesh axis with "N sequential all_gather operations" in the log.
         # Such a call is not ``direct``: the fast path, which registers no
         # flattened mesh, must not take it over.
-        if not flat_groups.merge_needed(mesh, (args, kwargs)):
+        if not merge:
             return func(*args, **kwargs), True
         with flat_groups.every_registered(mesh), CommDebugMode() as comm:
             out = func(*args, **kwargs)

@@ -116,6 +116,33 @@ def test_numpy_result_takes_a_dim_split_over_two_axes(sim8):
     np.testing.assert_allclose(ti.to_numpy(y), xh * 3, rtol=1e-6)
 
 
+def test_numpy_conversions_are_answered_before_the_op_path(sim8, monkeypatch):
+    """``np.asarray(x)`` and numpy's result of ``x * ndarray`` are
+    conversions (``semantics/numpy_interop.py``), not ops: the mode answers
+    them without the op path (``mode._run``: no decision, no reshard)."""
+    from parity.torch_impl.semantics import mode
+
+    _, mesh = meshes()
+    xh = host((8, 16))
+    x = ti.distribute_tensor(xh, L(("data", "model"), mesh))
+    seen = []
+    real_run = mode._run
+
+    def run(func, name, *rest, **kw):
+        seen.append(name)
+        return real_run(func, name, *rest, **kw)
+
+    monkeypatch.setattr(mode, "_run", run)
+    with ti.jax_semantics():
+        a = np.asarray(x, dtype=np.float64)
+        y = x * np.full((16,), 3.0, np.float32)
+    assert not {"__array__", "__array_wrap__"} & set(seen), seen
+    assert a.dtype == np.float64
+    np.testing.assert_array_equal(a, xh)
+    assert ti.describe(y).spec == (("data",), ("model",))
+    np.testing.assert_allclose(ti.to_numpy(y), xh * 3, rtol=1e-6)
+
+
 def test_dtensors_on_two_meshes_raise_sharding_error(sim8):
     mesh_a = parity.DeviceMesh((2, 4), ("data", "model"))
     mesh_b = parity.DeviceMesh((8,), ("x",))

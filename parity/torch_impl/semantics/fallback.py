@@ -82,11 +82,13 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.experimental import implicit_replication
 
+from parity import sharding_rules as R
 from parity.errors import UnsupportedOpError
 from parity.torch_impl.runtime.torch_compat import tree_map
 from parity.torch_impl.runtime.rank_results import first_rank_value
 from parity.torch_impl.semantics import dtensor_errors, pending
 from parity.torch_impl.collectives import flat_groups, gather, redistribute
+from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.semantics.rules.registry import torch_ops
 
 # Ops whose DTensor strategy gives wrong values for some placements: always
@@ -291,6 +293,36 @@ def run_replicated(func: Any, args: tuple, kwargs: dict, mesh, why: str) -> Any:
         return value
 
     return tree_map(wrap, out)
+
+
+def run_gathered_random(func: Any, args: tuple, kwargs: dict, mesh,
+                        inplace_at: int | None) -> Any:
+    """A random op that ``random.run`` draws on the gathered operands (the
+    alpha dropouts, ``rrelu``, fractional pooling, attention's dropout,
+    ``bernoulli``...): ``run_replicated`` -- torch's generator called once
+    for the global shape, as the unsharded program calls it -- each result
+    then laid out as the first DTensor operand's spec fitted to its shape
+    (attention: the query's batch and head dims). ``inplace_at``: the index
+    of an ``inplace=True`` argument; the op then runs out of place on the
+    gathered copy and is written into the operand's own blocks (the
+    gathered copy is not its storage)."""
+    if inplace_at is not None:
+        args = tuple(False if i == inplace_at else a for i, a in enumerate(args))
+        kwargs = {**kwargs, "inplace": False} if "inplace" in kwargs else kwargs
+        return args[0].copy_(run_gathered_random(func, args, kwargs, mesh, None))
+    out = run_replicated(func, args, kwargs, mesh, "a random op")
+    first = next(a for a in list(args) + list(kwargs.values()) if isinstance(a, DTensor))
+    spec = S.spec_of(first)
+    if func is F.scaled_dot_product_attention:
+        spec = tuple(spec[:2]) + ((),) * (len(spec) - 2)  # batch and heads, as attention
+    sizes = S.axis_sizes(mesh)
+
+    def lay_out(value):
+        if isinstance(value, DTensor) and value.ndim == len(spec):
+            return redistribute.redistribute_to(value, R.fit_to_shape(spec, value.shape, sizes))
+        return value
+
+    return tuple(lay_out(v) for v in out) if isinstance(out, tuple) else lay_out(out)
 
 
 def run_implicit(func: Any, args: tuple, kwargs: dict, mesh) -> Any:

@@ -52,6 +52,7 @@ from parity.torch_impl.semantics import (
     decision,
     fast_path,
     loss_parallel,
+    numpy_interop,
     operands,
     pending,
     reshard,
@@ -314,6 +315,8 @@ def _traced(func, name: str | None, args: tuple, kwargs: dict) -> Any:
     mesh, rehome, plain = operands.find_mesh(args, kwargs)
     if mesh is None:
         return _plain(func, args, kwargs)
+    if name in numpy_interop.NAMES:  # a conversion, not an op
+        return numpy_interop.convert(name, args, kwargs)
     return _run(func, name or "", args, kwargs, mesh, None, rehome, plain)
 
 
@@ -349,6 +352,8 @@ def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
     mesh, rehome, plain = operands.find_mesh(args, kwargs)
     if mesh is None:
         return _plain(func, args, kwargs)
+    if name in numpy_interop.NAMES:  # a conversion, not an op
+        return numpy_interop.convert(name, args, kwargs)
     return _run(func, name or "", args, kwargs, mesh, key, rehome, plain)
 
 
@@ -398,9 +403,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     says; ``key``: the call's fast-path signature, remembered if clean."""
     defer = _defer()
     # The operands, in one module: promoted, rehomed, completed for an
-    # observer; numpy's result wrapped (its ndarray is the result, never
-    # promoted).
-    if plain and name != "__array_wrap__":
+    # observer.
+    if plain:
         if operands.writes_gradient_into_plain(name, args, kwargs):
             return operands.write_into_plain(func, args, kwargs)
         args, kwargs = operands.promote(args, kwargs, mesh)
@@ -411,17 +415,6 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         # looks at values: pending sums completed, then the op as it is
         args, kwargs = operands.completed(args, kwargs)
         return func(*args, **kwargs)
-    if name == "__array_wrap__":
-        return operands.wrap_numpy_result(args[0], kwargs.get("array", args[-1]))
-    if name == "__array__":
-        # np.asarray(x), and numpy's side of ``x * ndarray`` (torch's operator
-        # gives up on an ndarray before any __torch_function__): the global
-        # array, as np.asarray does on a jax.Array.
-        from parity.torch_impl.arrays.distribute import to_numpy
-
-        array = to_numpy(args[0])
-        dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
-        return array if dtype is None else array.astype(dtype)
     if unreduced.involved(args, kwargs):  # a typed pending sum (P(unreduced=)): JAX's rules
         return unreduced.run_on_unreduced(func, name, args, kwargs)
     if random_ops.draws(func, args, kwargs) and _state.options[-1]["random"] != "per_rank":

@@ -1,7 +1,6 @@
 """An op's operands under ``jax_semantics()`` before its decision: found
 (``find_mesh``), promoted, rehomed, completed for a value observer
-(``completed``), numpy's result wrapped (``wrap_numpy_result``); laid out
-as the decision says after it: ``reshard``.
+(``completed``); laid out as the decision says after it: ``reshard``.
 
 Mixed operands: what JAX does with host data that meets a sharded array.
 
@@ -24,12 +23,9 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor, Replicate
 
-from parity import sharding_rules as R
 from parity.errors import MeshMismatchError
-from parity.torch_impl.collectives.redistribute import move
 from parity.torch_impl.runtime import state
 from parity.torch_impl.layouts import mesh_identity
-from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.layouts.tensors import as_host_tensor
 from parity.torch_impl.semantics import pending
 
@@ -228,23 +224,3 @@ def promote(args: tuple, kwargs: dict, mesh) -> tuple[tuple, dict]:
         tuple(_promote_one(a, mesh) for a in args),
         {k: _promote_one(v, mesh) for k, v in kwargs.items()},
     )
-
-
-def wrap_numpy_result(like: DTensor, array: Any) -> DTensor:
-    """numpy's result of ``x * ndarray`` back on ``x``'s mesh.
-
-    torch's operators give up on an ndarray operand before any
-    ``__torch_function__``; numpy then computes on the global value
-    (``__array__``) and hands the result to ``__array_wrap__``. It comes back
-    as a DTensor laid out like ``like`` (JAX's broadcasting rule for a host
-    operand), replicated where the shapes differ. Not differentiable: numpy
-    computed it.
-    """
-    mesh = like.device_mesh
-    # on ``like``'s torch mesh directly: replicated, then each rank's slice
-    # (DTensor's Replicate -> Shard is a local chunk, no collective)
-    replicated = replicate(np.asarray(array), mesh)
-    shape = tuple(replicated.shape)
-    spec = S.spec_of(like) if shape == tuple(like.shape) else ((),) * len(shape)
-    spec = R.fit_to_shape(spec, shape, S.axis_sizes(mesh))
-    return move(replicated, S.placements_for(spec, mesh))

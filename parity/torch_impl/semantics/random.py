@@ -96,8 +96,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Replicate
 
-from parity import sharding_rules as R
-from parity.torch_impl.semantics import pending, threefry
+from parity.torch_impl.semantics import fallback, pending, threefry
 from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.runtime.torch_compat import maybe_disable_local_tensor_mode
@@ -209,21 +208,26 @@ def run(func: Any, args: tuple, kwargs: dict, mesh, counter: bool = False) -> An
     per block from threefry (``run_counter``)."""
     args = tuple(pending.complete(a) if isinstance(a, DTensor) else a for a in args)
     kwargs = {k: pending.complete(v) if isinstance(v, DTensor) else v for k, v in kwargs.items()}
-    if counter and by_counter(func, args, kwargs):
+    drawn_by_counter = counter and by_counter(func, args, kwargs)
+    index = _INPLACE_INDEX.get(func)
+    inplace_at = index if index is not None and _arg(args, kwargs, index, "inplace", False) else None
+    if not drawn_by_counter:
+        if func in _DROPOUT or func in _FEATURE_DROPOUT:
+            return _dropout(func, args, kwargs)
+        if func in _LIKE:
+            return _like(func, args, kwargs)
+        if func in _IN_PLACE:
+            return _in_place(func, args, kwargs)
+        if func in _INIT:
+            kwargs = dict(kwargs)
+            x = kwargs.pop("tensor") if "tensor" in kwargs else args[0]
+            rest = () if not args or args[0] is not x else tuple(args[1:])
+            with torch.no_grad():  # as nn.init itself
+                return _in_place(func, (x,) + rest, kwargs)
+    if drawn_by_counter:
         return run_counter(func, args, kwargs)
-    if func in _DROPOUT or func in _FEATURE_DROPOUT:
-        return _dropout(func, args, kwargs)
-    if func in _LIKE:
-        return _like(func, args, kwargs)
-    if func in _IN_PLACE:
-        return _in_place(func, args, kwargs)
-    if func in _INIT:
-        kwargs = dict(kwargs)
-        x = kwargs.pop("tensor") if "tensor" in kwargs else args[0]
-        rest = () if not args or args[0] is not x else tuple(args[1:])
-        with torch.no_grad():  # as nn.init itself
-            return _in_place(func, (x,) + rest, kwargs)
-    return _gathered(func, args, kwargs, mesh)
+    # the rest: on the gathered operands, laid out as the first operand
+    return fallback.run_gathered_random(func, args, kwargs, mesh, inplace_at)
 
 
 def _dropout(func: Any, args: tuple, kwargs: dict) -> DTensor:
@@ -316,33 +320,8 @@ def _whole(value: Any) -> Any:
     return value
 
 
+# the index of the ``inplace`` argument of the ops drawn on gathered operands
 _INPLACE_INDEX = {F.alpha_dropout: 3, F.feature_alpha_dropout: 3, F.rrelu: 4}
-
-
-def _gathered(func: Any, args: tuple, kwargs: dict, mesh) -> Any:
-    from parity.torch_impl.semantics import fallback
-
-    index = _INPLACE_INDEX.get(func)
-    if index is not None and _arg(args, kwargs, index, "inplace", False):
-        # computed out of place on the gathered copy, then written into the
-        # operand's own blocks (the gathered copy is not its storage)
-        args = tuple(False if i == index else a for i, a in enumerate(args))
-        kwargs = {**kwargs, "inplace": False} if "inplace" in kwargs else kwargs
-        out = _gathered(func, args, kwargs, mesh)
-        return args[0].copy_(out)
-    out = fallback.run_replicated(func, args, kwargs, mesh, "a random op")
-    first = next(a for a in list(args) + list(kwargs.values()) if isinstance(a, DTensor))
-    spec = S.spec_of(first)
-    if func is F.scaled_dot_product_attention:
-        spec = tuple(spec[:2]) + ((),) * (len(spec) - 2)  # batch and heads, as attention
-    sizes = S.axis_sizes(mesh)
-
-    def lay_out(value):
-        if isinstance(value, DTensor) and value.ndim == len(spec):
-            return redistribute.redistribute_to(value, R.fit_to_shape(spec, value.shape, sizes))
-        return value
-
-    return tuple(lay_out(v) for v in out) if isinstance(out, tuple) else lay_out(out)
 
 
 # --- random="counter": per-block values from threefry --------------------------
@@ -386,10 +365,12 @@ def run_counter(func: Any, args: tuple, kwargs: dict) -> Any:
     draw = _draw_of(func, args, kwargs, x)
     generator = None if func in _DROPOUT or func in _FEATURE_DROPOUT or func in _LIKE else (
         kwargs.get("generator"))
-    noise = _counter_values(x, draw, _key(generator, x.device), feature=func in _FEATURE_DROPOUT)
+    key = _key(generator, x.device)
+    inplace = (func in _DROPOUT or func in _FEATURE_DROPOUT) and (
+        func in (torch.dropout_, torch.feature_dropout_) or bool(_arg(args, kwargs, 3, "inplace",
+                                                                      False)))
+    noise = _counter_values(x, draw, key, feature=func in _FEATURE_DROPOUT)
     if func in _DROPOUT or func in _FEATURE_DROPOUT:
-        inplace = func in (torch.dropout_, torch.feature_dropout_) or bool(
-            _arg(args, kwargs, 3, "inplace", False))
         return x.mul_(noise) if inplace else x * noise
     if func in _LIKE:
         return noise.requires_grad_() if kwargs.get("requires_grad") else noise

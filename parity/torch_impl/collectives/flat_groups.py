@@ -18,16 +18,12 @@ from typing import Any
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate
 
 from parity.torch_impl.collectives.blocks import Group
+from parity.torch_impl.layouts.specs import blocks_of, has_strided
 from parity.torch_impl.runtime import state
-from parity.torch_impl.runtime.torch_compat import (
-    StridedShard,
-    flatten_registry,
-    flattened_mesh,
-    tree_flatten,
-)
+from parity.torch_impl.runtime.torch_compat import flatten_registry, flattened_mesh, tree_flatten
 
 # (id(mesh), mesh dims) -> (mesh, group, name): holding the mesh keeps its id
 # unique; name is the flattened mesh's name (None for a single mesh dim).
@@ -118,24 +114,10 @@ def merge_needed(mesh: TorchMesh, operands: Any) -> bool:
     several = False
     for value in tree_flatten(operands)[0]:
         if isinstance(value, DTensor):
-            if not _even_unstrided(value):
+            if has_strided(value) or not blocks_of(value).even:
                 return False
             several = several or sum(not isinstance(p, Replicate) for p in value.placements) > 1
     return several
-
-
-def _even_unstrided(x: DTensor) -> bool:
-    """Whether no mesh dim of ``x`` holds a strided shard and every dim
-    divides by the number of blocks it is split into (the product of the
-    sizes of the mesh dims that shard it)."""
-    blocks: dict[int, int] = {}
-    for m, p in enumerate(x.placements):
-        if type(p) is StridedShard:
-            return False
-        if isinstance(p, Shard):
-            d = p.dim % x.ndim if x.ndim else p.dim
-            blocks[d] = blocks.get(d, 1) * x.device_mesh.size(m)
-    return all(x.shape[d] % n == 0 for d, n in blocks.items())
 
 
 def merging(mesh: TorchMesh, operands: Any) -> contextlib.AbstractContextManager:

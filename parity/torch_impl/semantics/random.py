@@ -366,11 +366,11 @@ def run_counter(func: Any, args: tuple, kwargs: dict) -> Any:
     generator = None if func in _DROPOUT or func in _FEATURE_DROPOUT or func in _LIKE else (
         kwargs.get("generator"))
     key = _key(generator, x.device)
-    inplace = (func in _DROPOUT or func in _FEATURE_DROPOUT) and (
-        func in (torch.dropout_, torch.feature_dropout_) or bool(_arg(args, kwargs, 3, "inplace",
-                                                                      False)))
+    dropout = func in _DROPOUT or func in _FEATURE_DROPOUT
+    inplace = dropout and (func in (torch.dropout_, torch.feature_dropout_)
+                           or bool(_arg(args, kwargs, 3, "inplace", False)))
     noise = _counter_values(x, draw, key, feature=func in _FEATURE_DROPOUT)
-    if func in _DROPOUT or func in _FEATURE_DROPOUT:
+    if dropout:
         return x.mul_(noise) if inplace else x * noise
     if func in _LIKE:
         return noise.requires_grad_() if kwargs.get("requires_grad") else noise

@@ -208,6 +208,25 @@ def test_a_timeout_with_the_store_gone_names_nobody_stuck():
     assert "it hosted the job's store, which no longer answers" in str(err), err
 
 
+def test_a_bug_beside_the_store_is_not_taken_for_a_dead_store():
+    """Only what a c10d store raises when it is gone (a RuntimeError such as
+    DistNetworkError, an OSError) is read as a dead store; any other error
+    in the watchdog's store calls is a bug and propagates."""
+    dogs = _watchdogs(pg_timeout_s=1.0)
+
+    class BuggyStore:
+        def __getattr__(self, name):
+            def fail(*args, **kwargs):
+                raise TypeError("set() takes 3 positional arguments but 4 were given")
+            return fail
+
+    dogs[0].store = BuggyStore()
+    with pytest.raises(TypeError, match="positional arguments"):
+        dogs[0].report_timeout()
+    with pytest.raises(TypeError, match="positional arguments"):
+        dogs[0].mark_exit("ok")
+
+
 def test_the_heartbeat_never_reads_another_threads_stack(watchdogs, monkeypatch):
     """Reading the main thread's stack from the heartbeat thread crashed
     ranks twice: walking ``sys._current_frames()`` frames under

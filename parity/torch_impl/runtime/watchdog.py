@@ -78,6 +78,10 @@ from parity.torch_impl.runtime.fault_diagnosis import (
 from parity.torch_impl.runtime.torch_compat import default_store
 
 _PREFIX = "parity/faults/"
+# What a c10d store raises when its server is gone or a socket fails
+# (DistNetworkError, DistStoreError: RuntimeErrors; OSError from the socket).
+# Anything else is a bug here and propagates.
+_STORE_ERRORS = (RuntimeError, OSError)
 
 
 def _env_float(name: str, default: float) -> float:
@@ -158,7 +162,7 @@ class Watchdog:
         try:
             with self._store_lock:
                 self.store.set(self._key("timeout", self.rank), "1")
-        except Exception:  # noqa: BLE001 - the store may be the thing that died
+        except _STORE_ERRORS:  # the store may be the thing that died
             pass
 
     def _refresh(self) -> bool:
@@ -169,7 +173,7 @@ class Watchdog:
         try:
             with self._store_lock:
                 values = self.store.multi_get(keys)
-        except Exception:  # noqa: BLE001 - a dead store is one of the faults we report
+        except _STORE_ERRORS:  # a dead store is one of the faults we report
             return False
         now = time.monotonic()
         for r in ranks:
@@ -266,7 +270,7 @@ class Watchdog:
         try:
             with self._store_lock:
                 self.store.set(self._key("exit", self.rank), value)
-        except Exception:  # noqa: BLE001 - the store may be the thing that died
+        except _STORE_ERRORS:  # the store may be the thing that died
             pass
 
     def at_exit(self) -> None:
@@ -293,7 +297,7 @@ class Watchdog:
         while not self._stop.wait(self.interval_s):
             try:
                 self._beat()
-            except Exception:  # noqa: BLE001
+            except _STORE_ERRORS:  # a dead store: find_lost says so below
                 pass
             if self.lost is None:
                 self.lost = self.find_lost()

@@ -89,9 +89,11 @@ def jax_counts(args: tuple[str, ...], devices: int, timeout: float, dump: str | 
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _row(case: str, parity: dict, jax: dict) -> Row:
+def _row(case: str, parity: dict, jax: dict, backward: dict | None = None) -> Row:
+    """``backward``: parity's launches inside ``backward()`` (the gradients'), where counted."""
+    inside = "" if backward is None else f" ({launches(backward)} inside backward())"
     return Row("collective_counts", case, launches(parity), launches(jax), unit="n", goal=1.0,
-               note=f"parity {parity}; JAX HLO {jax}")
+               note=f"parity {parity}{inside}; JAX HLO {jax}")
 
 
 def run(cfg: dict) -> list[Row]:
@@ -105,7 +107,8 @@ def run(cfg: dict) -> list[Row]:
         mlp = parity_counts("collective_count_worker.py", 4, ("2d",), timeout)
         for run_name, label in MLP_RUNS.items():
             rows.append(_row(f"TP MLP step, mesh (2, 2), 4 gloo ranks, {label}: "
-                             "launches vs JAX's HLO", mlp[run_name], jax_mlp))
+                             "launches vs JAX's HLO", mlp[run_name], jax_mlp,
+                             mlp.get(run_name + " in backward")))
     except (CountRunFailed, subprocess.TimeoutExpired) as err:
         rows.append(Row("collective_counts", "TP MLP step, mesh (2, 2)", status=f"error: {err}"[:300]))
     try:

@@ -203,6 +203,8 @@ def test_tensor_parallel_mlp_step_issues_no_more_collectives_than_jax():
         assert set(got[run]) <= set(jax), (run, got[run])
         for kind, n in got[run].items():
             assert n <= jax[kind]["launches"], (run, kind, n, jax)
+        # both weights sharded on the one axis: their gradients need no reduction
+        assert got[run + " in backward"] == {}, (run, got)
 
 
 @pytest.mark.multiprocess
@@ -221,7 +223,14 @@ def test_data_and_tensor_parallel_mlp_step_buckets_the_gradient_reductions():
     (inductor): 3, bucketed by ``jax_semantics()``. All give the same
     weights and placements; the loss too, inductor's to float32's
     rounding (its fused kernel computes ``mean((h - 1) ** 2)`` in another
-    order)."""
+    order).
+
+    One gradient launch per group: both weights are replicated on
+    ``batch``, so both gradients pend on that one group, and inside
+    ``backward()`` parity launches one all-reduce for them (eager; eager
+    with ``defer=True``, the loss's pending mean in the same launch; with
+    ``aot_eager_bucketed``; with inductor), as XLA's combiner does. Only
+    plain ``aot_eager`` launches one per gradient."""
     jax = jax_counts("2d")
     assert jax == {"all-reduce": {"launches": 2, "operands": 4}}, jax
     got = parity_counts("2d", nproc=4)
@@ -230,6 +239,9 @@ def test_data_and_tensor_parallel_mlp_step_buckets_the_gradient_reductions():
     assert got["compiled"] == {"all-reduce": jax["all-reduce"]["operands"]}, got
     assert got["compiled bucketed"] == {"all-reduce": 3}, got
     assert got["compiled default"] == {"all-reduce": 3}, got
+    for run in ("eager", "eager defer", "compiled bucketed", "compiled default"):
+        assert got[run + " in backward"] == {"all-reduce": 1}, (run, got)
+    assert got["compiled in backward"] == {"all-reduce": 2}, got
     assert (got["eager values"] == got["eager defer values"] == got["compiled values"]
             == got["compiled bucketed values"]), got
     inductor, eager = dict(got["compiled default values"]), dict(got["eager values"])

@@ -18,14 +18,19 @@ with ``2d`` also ``"compiled default"`` (``torch.compile(step)``, no
 backend named: inductor, whose all-reduce bucketing ``jax_semantics()``
 turns on). The
 step is warmed up (compiled) first; the counted step is the second call.
-Rank 0 writes ``{run: {op: count}}`` (and, under ``"<run> values"``, the
-loss, weight sums and placements after one more step) as JSON to the file
-named by ``PARITY_RESULT_FILE``.
+Rank 0 writes ``{run: {op: count}}``, under ``"<run> in backward"`` the
+collectives of that step that ran inside torch's ``backward`` call (the
+profiler's Python frames above the collective hold ``Tensor.backward`` or
+``torch.autograd.backward``: the backward's own nodes, eager or a compiled
+backward graph, and what completes when it returns), and under
+``"<run> values"`` the loss, weight sums and placements after one more
+step, as JSON to the file named by ``PARITY_RESULT_FILE``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections import Counter
 
@@ -59,21 +64,37 @@ def collective_name(event_name: str) -> str | None:
     return COLLECTIVES.get(op)
 
 
-def collectives_in(prof) -> dict[str, int]:
-    """The collectives a profiler recorded, counted by name."""
+# torch's backward entry points, as the profiler names their Python frames
+# (``with_stack=True``): ``torch/_tensor.py(566): backward``.
+BACKWARD_FRAME = re.compile(r"torch/(_tensor|autograd/__init__)\.py\(\d+\): backward$")
+
+
+def inside_backward(event) -> bool:
+    """Whether a profiler event ran inside torch's ``backward`` call."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if BACKWARD_FRAME.search(parent.name):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def collectives_in(prof, where=lambda event: True) -> dict[str, int]:
+    """The collectives a profiler recorded (those ``where`` accepts), counted by name."""
     found = Counter()
     for event in prof.events():
         name = collective_name(event.name)
-        if name is not None:
+        if name is not None and where(event):
             found[name] += 1
     return dict(found)
 
 
-def count(fn, x) -> dict[str, int]:
+def count(fn, x) -> tuple[dict[str, int], dict[str, int]]:
+    """The collectives of one step: all of them, and those inside its backward."""
     fn(x)  # warm-up: compiles, fills the caches
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
         fn(x)
-    return collectives_in(prof)
+    return collectives_in(prof), collectives_in(prof, inside_backward)
 
 
 def main() -> None:
@@ -101,7 +122,7 @@ def main() -> None:
             params = csw.make_params(mesh)
             step = csw.make_step("hand", params)
             fn = step if compile_step is None else compile_step(step)
-            results[name] = count(fn, x)
+            results[name], results[name + " in backward"] = count(fn, x)
             results[name + " values"] = {
                 "loss": float(fn(x).full_tensor()),
                 "weights": [p.full_tensor().sum().item() for p in params],

@@ -20,7 +20,7 @@ from pathlib import Path
 from benchmarks.common import Row, human_value, machine, provenance, usable_cpus
 
 FAMILIES = ("collectives", "ops", "memory", "per_call", "random", "first_compile", "gloo_step",
-            "collective_counts", "keras", "keras_hub", "conformance", "cuda")
+            "keras_job", "collective_counts", "keras", "keras_hub", "conformance", "cuda")
 
 FULL = {
     "world": 4, "sizes": [4 << 10, 256 << 10, 4 << 20, 64 << 20], "repeats": 5,
@@ -34,9 +34,10 @@ QUICK = {
 }
 # families whose rows' notes (baseline, load, the JAX side's set-up) go into
 # the results file's provenance notes, which scripts/measurements.py renders
-NOTED = ("random", "first_compile", "gloo_step", "collective_counts", "keras", "keras_hub")
+NOTED = ("random", "first_compile", "gloo_step", "keras_job", "collective_counts", "keras",
+         "keras_hub")
 QUICK_SKIPS = ("collectives", "ops", "per_call", "random", "first_compile", "gloo_step",
-               "collective_counts", "keras", "keras_hub", "conformance")
+               "keras_job", "collective_counts", "keras", "keras_hub", "conformance")
 
 
 def _gloo_rows(cfg: dict, families: set[str]) -> list[Row]:
@@ -101,6 +102,11 @@ def collect(cfg: dict, families: set[str], quick: bool, explicit: set[str] = fro
         from benchmarks import keras_compiled_step
 
         rows += keras_compiled_step.rows(cfg)
+    if "keras_job" in families:
+        from benchmarks import keras_job
+
+        print(f"keras_job ... ({time.perf_counter() - started:.0f} s so far)", flush=True)
+        rows += keras_job.rows(cfg)
     if "collective_counts" in families:
         from benchmarks import collective_counts
 

@@ -384,6 +384,29 @@ def test_unreduced_values_as_jax(sim8):
     np.testing.assert_allclose(ti.to_numpy(tw.grad), np.asarray(j_grads[1]), rtol=1e-5)
 
 
+def test_the_unreduced_check_waits_for_the_first_unreduced_value(sim8, monkeypatch):
+    """Until the process makes an ``Unreduced`` placement no operand can hold
+    one, and the mode's check reads no operand's placements (under
+    ``torch.compile`` dynamo traced that walk per operand, per op); the
+    first one made turns the check on, and JAX's rules apply to it."""
+    from parity.torch_impl.semantics import fast_path, unreduced
+
+    monkeypatch.setattr(unreduced, "_made", False)
+    looked_at = []
+    real = unreduced.unreduced_axes
+    monkeypatch.setattr(unreduced, "unreduced_axes", lambda x: looked_at.append(x) or real(x))
+    fast_path.forget_all()  # every op below takes the whole rule
+    with ti.set_mesh(torch_mesh()), ti.jax_semantics():
+        x = ti.device_put(DATA, P("data", "model"))
+        np.testing.assert_allclose(ti.to_numpy(x * 3.0 + x), DATA * 4.0)
+        assert looked_at == []
+        z = ti.reshard(x * 1.0, P("data", None, unreduced={"model"}))
+        assert unreduced._made
+        with pytest.raises(parity.ShardingTypeError, match="reshard"):
+            z * 2.0
+        assert looked_at
+
+
 def test_shard_map_refuses_unreduced_specs(sim8):
     """A ``shard_map`` spec with ``unreduced=`` is refused, never dropped."""
     with ti.set_mesh(torch_mesh()), ti.jax_semantics():

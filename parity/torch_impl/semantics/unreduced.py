@@ -44,11 +44,21 @@ from parity.torch_impl.semantics.traced_errors import raise_error
 # --- the placement ------------------------------------------------------------
 
 
+# Whether this process has made an ``Unreduced`` placement. Until one
+# exists no operand can hold one, and ``involved`` answers without looking at
+# the operands: under ``torch.compile`` that walk was dynamo tracing every
+# operand's placements on every op. A compiled step reads this global under a
+# guard: made later, the step recompiles.
+_made = False
+
+
 class Unreduced(Partial):
     """A pending sum over one mesh axis that the program's types name
     (JAX's ``unreduced``); equal only to another ``Unreduced``."""
 
     def __init__(self) -> None:
+        global _made
+        _made = True
         super().__init__("sum")
 
     def __eq__(self, other: object) -> bool:
@@ -139,6 +149,8 @@ _LINEAR_UNARY = frozenset({"neg", "__neg__", "negative", "sum", "transpose", "t"
 
 def involved(args: tuple, kwargs: dict) -> bool:
     """Whether an operand (or one inside a list/tuple argument) is unreduced."""
+    if not _made:
+        return False
     for a in (*args, *kwargs.values()):
         if type(a) is DTensor:
             if unreduced_axes(a):

@@ -224,3 +224,59 @@ def test_the_signature_carries_the_innermost_scopes_defer_option(mesh, monkeypat
         torch.neg(x)
     assert [(k[0].__name__, k[2]) for k in remembered] == [
         ("add", False), ("add", True), ("neg", True), ("neg", False)]
+
+
+@pytest.fixture
+def full_path(monkeypatch):
+    """The names of the calls that take the mode's whole rule (``mode._run``)."""
+    from parity.torch_impl.semantics import mode
+
+    names = []
+    real = mode._run
+
+    def counting(func, name, *args, **kwargs):
+        names.append(name)
+        return real(func, name, *args, **kwargs)
+
+    monkeypatch.setattr(mode, "_run", counting)
+    return names
+
+
+def test_a_plain_scalar_tensor_operand_is_handed_to_dtensor_once_proven(mesh, full_path):
+    """An optimizer's step count or learning rate, a plain 0-dim tensor, next
+    to a DTensor: the first call replicates it on the mesh (``promote``);
+    later calls with the same signature (its dtype and device, not its
+    value) hand it to DTensor as it is, which replicates a one-element
+    tensor itself -- the same values and placements, no ``from_local``."""
+    a = host((8, 16), 1)
+    x = put(a, ("data", "model"), mesh)
+    with ti.jax_semantics():
+        outs = [x * torch.tensor(float(k)) for k in (2, 3, 4)]
+        flipped = [torch.tensor(float(k)) - x for k in (2, 3)]
+    assert full_path == ["mul", "sub"]
+    for k, out in zip((2, 3, 4), outs):
+        assert ti.describe(out).spec == (("data",), ("model",))
+        np.testing.assert_allclose(ti.to_numpy(out), a * k)
+    for k, out in zip((2, 3), flipped):
+        assert ti.describe(out).spec == (("data",), ("model",))
+        np.testing.assert_allclose(ti.to_numpy(out), k - a)
+
+
+@pytest.mark.parametrize("case", [
+    "needs a gradient", "one dim", "written in place", "numpy"])
+def test_plain_operands_dtensor_would_not_replicate_always_take_the_rule(mesh, full_path, case):
+    """A plain operand that needs a gradient (its gradient comes back
+    through the promotion), one with a dim (DTensor refuses it), an in-place
+    op on such a call, or a numpy array: every call takes the whole rule."""
+    a = host((8, 16), 1)
+    x = put(a, ("data", "model"), mesh)
+    calls = {"needs a gradient": lambda: x * torch.tensor(2.0, requires_grad=True),
+             "one dim": lambda: x * torch.full((16,), 2.0),
+             "written in place": lambda: x.clone().mul_(torch.tensor(2.0)),
+             "numpy": lambda: x * np.float32(2.0) * np.ones((16,), np.float32)}
+    with ti.jax_semantics():
+        outs = [calls[case]() for _ in range(3)]
+    taken = [n for n in full_path if n in ("mul", "mul_")]
+    assert len(taken) >= 3, full_path
+    for out in outs:
+        np.testing.assert_allclose(ti.to_numpy(out), a * 2.0, rtol=1e-6)

@@ -14,9 +14,15 @@ first call with a given signature runs the whole rule; if nothing moved, the
 signature is remembered and later calls run the op directly.
 
 A signature is only formed from DTensors, Python scalars, strings, dtypes,
-devices, ``None`` and lists, tuples and ``torch.Size`` of those. A call with a plain tensor, a
-numpy array or anything else has no signature and always takes the full path.
-Scalars are keyed by type and value (``1``, ``1.0`` and ``True`` differ).
+devices, ``None``, lists, tuples and ``torch.Size`` of those, and plain 0-dim
+tensors that need no gradient (keyed by dtype and device, not value: an
+optimizer's step counts and learning rates). A call with any other plain
+tensor, a numpy array or anything else has no signature and always takes
+the full path. Scalars are keyed by type and value (``1``, ``1.0`` and
+``True`` differ). A call with a plain 0-dim tensor is remembered only where
+DTensor's own call replicates it as the full path's promotion does
+(``operands.replicated_by_dtensor``): the fast path hands it to DTensor
+as it is.
 """
 
 from __future__ import annotations
@@ -70,6 +76,11 @@ def _add(parts: list, value: Any, grad: bool) -> bool:
         parts.append(kind)
         parts.append(len(value))
         return all(_add(parts, v, grad) for v in value)
+    if kind is torch.Tensor and value.ndim == 0 and not value.requires_grad:
+        parts.append(kind)
+        parts.append(value.dtype)
+        parts.append(value.device)
+        return True
     return False
 
 

@@ -407,6 +407,8 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
     if plain:
         if operands.writes_gradient_into_plain(name, args, kwargs):
             return operands.write_into_plain(func, args, kwargs)
+        if key is not None and not operands.replicated_by_dtensor(name, args, kwargs):
+            key = None  # the fast path would hand DTensor what it does not replicate
         args, kwargs = operands.promote(args, kwargs, mesh)
     if rehomed:  # the same mesh as another object (an FSDP2 submesh): one mesh
         args, kwargs = operands.rehome(args, kwargs, mesh)

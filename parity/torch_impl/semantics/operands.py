@@ -171,6 +171,27 @@ def writes_gradient_into_plain(name: str, args: tuple, kwargs: dict) -> bool:
     return any(isinstance(v, DTensor) and v.requires_grad for v in _operands(args[1:], kwargs))
 
 
+def replicated_by_dtensor(name: str, args: tuple, kwargs: dict) -> bool:
+    """Whether DTensor's own call replicates this call's plain operands as
+    ``promote`` does (``_try_replicate_spec_for_scalar_tensor``: a tensor of
+    one element is a replicated scalar): each is a 0-dim tensor that needs
+    no gradient, already on the device ``replicate`` puts it on, and the op
+    writes into none of them (no in-place op, no ``out=``). Only such a call
+    may run on the fast path with its plain operands as they are."""
+    if ((name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+            or name == "__setitem__" or "out" in kwargs):
+        return False
+    device = None if state.mode() == "plain" else state.torch_device()
+    for value in _operands(args, kwargs):
+        if isinstance(value, np.ndarray):
+            return False
+        if isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
+            if value.ndim != 0 or value.requires_grad or (
+                    device is not None and value.device != device):
+                return False
+    return True
+
+
 def write_into_plain(func: Any, args: tuple, kwargs: dict) -> Any:
     """``func`` writing into the plain tensor ``args[0]`` with every DTensor
     operand gathered to its full value (differentiable ``full_tensor``,

@@ -97,6 +97,12 @@ def child_records(module: str, *args: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
+def load_average() -> str:
+    """The machine's 1, 5 and 15 minute load averages, as ``/proc/loadavg`` writes them."""
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 

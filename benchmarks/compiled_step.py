@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import Row
+from benchmarks.common import Row, load_average
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH, FEATURES, HIDDEN, OUT = 64, 256, 512, 16
@@ -37,11 +37,6 @@ def host(shape, seed):
     import numpy as np
 
     return (np.random.default_rng(seed).standard_normal(shape) * 0.05).astype(np.float32)
-
-
-def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
 
 
 def _median_step(fn, steps: int, warmup: int, sync=None) -> dict:
@@ -199,7 +194,7 @@ def measure_first_compile(world: int, backend: str, env: dict) -> dict:
     plain, ours = res["plain_fwd_loss"], res["parity_fwd_loss"]
     return {"world": world, "backend": backend, **res,
             "parity_over_plain": ours["s"] / plain["s"],
-            "parity_over_plain_cpu": ours["cpu_s"] / plain["cpu_s"], "load": _load()}
+            "parity_over_plain_cpu": ours["cpu_s"] / plain["cpu_s"], "load": load_average()}
 
 
 def first_compile(a, env: dict) -> None:
@@ -351,7 +346,7 @@ def measure_steps(world: int, steps: int, warmup: int, backend: str, env: dict) 
             "cpu_s": {"eager": torch_res["eager"]["cpu_s"], "compiled": torch_res["compiled"]["cpu_s"],
                       "jax_gloo_processes": jax_mp["cpu_s"]},
             "compiled_over_jax_gloo_processes": compiled / jax_mp["step_s"],
-            "load": _load()}
+            "load": load_average()}
 
 
 # issue 24's goals: first compile <= 1.3x plain DTensor's; on gloo ranks the

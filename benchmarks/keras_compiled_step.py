@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchmarks.common import Row
+from benchmarks.common import Row, load_average
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER_DIR = ROOT / "tests" / "keras_support"
@@ -304,11 +304,6 @@ def _run_jax_processes(a, extra: list[str], env: dict) -> dict:
         return json.loads(Path(out).read_text())
 
 
-def _uptime() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
 class KerasStepFailed(RuntimeError):
     """The torch ranks or a JAX side failed; ``output`` is the log tail."""
 
@@ -327,7 +322,7 @@ def measure(models: list[str], steps: int, warmup: int, backend: str, profile: b
     extra = [] if output_layouts else ["--no-output-layouts"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    load_before = _uptime()
+    load_before = load_average()
     a = SimpleNamespace(models=",".join(models), steps=steps, warmup=warmup)
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "torch.json")
@@ -349,7 +344,7 @@ def measure(models: list[str], steps: int, warmup: int, backend: str, profile: b
         raise KerasStepFailed("JAX child", jax_proc.stderr[-6000:])
     jax_res = json.loads(jax_proc.stdout.strip().splitlines()[-1])
     jax_mp = _run_jax_processes(a, extra, env)
-    load_after = _uptime()
+    load_after = load_average()
     rows = []
     for model in models:
         eager, compiled = torch_res[model]["eager"], torch_res[model]["compiled"]
@@ -430,9 +425,9 @@ def main() -> None:
     if a.role == "jax-process":
         return jax_process(models, a.steps, a.warmup, not a.no_output_layouts, a.process_id,
                            a.port, a.out)
-    load_before = _uptime()
+    load_before = load_average()
     rows = measure(models, a.steps, a.warmup, a.backend, a.profile, not a.no_output_layouts)
-    load_after = _uptime()
+    load_after = load_average()
     for summary in rows:
         print(json.dumps(summary))
     print(f"Keras ModelParallel train_on_batch, {WORLD} gloo ranks vs {WORLD} CPU devices, "

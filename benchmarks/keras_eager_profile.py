@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import load_average
+
 ROOT = Path(__file__).resolve().parents[1]
 WORLD = 2
 
@@ -190,11 +192,6 @@ def torch_rank(steps: int, out: str, dump: str | None) -> None:
     Path(f"{out}.rank{rank}.json").write_text(json.dumps(result))
 
 
-def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
 def measurement(summary: dict, jax_ms: float, jax_cpu_ms: float) -> dict:
     """The run as a ``parity.measurement/1`` results file (``scripts/measurements.py``
     renders it into benchmarks/README.md): per step, rank 0 and rank 1."""
@@ -267,7 +264,7 @@ def main() -> None:
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    load_before = _load()
+    load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "profile")
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -283,7 +280,7 @@ def main() -> None:
     jax_ms, jax_cpu_ms = jax["mlp"]["step_s"] * 1e3, jax["mlp"]["cpu_s"] * 1e3
     command = "python -m benchmarks.keras_eager_profile" + (f" --steps {a.steps}" if a.steps != 10 else "")
     summary = {"model": "keras mlp:mp, mesh (1, 2), global batch 16, Adam", "steps": a.steps,
-               "load": f"{load_before} -> {_load()}", "command": command,
+               "load": f"{load_before} -> {load_average()}", "command": command,
                "jax_gloo_processes_ms": round(jax_ms, 3),
                "jax_gloo_processes_cpu_ms": round(jax_cpu_ms, 3), "ranks": ranks}
     print(json.dumps(summary))

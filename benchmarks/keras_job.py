@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import Row
+from benchmarks.common import Row, load_average
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "keras_support" / "parity_driver.py"
@@ -40,11 +40,6 @@ class KerasJobFailed(RuntimeError):
     def __init__(self, command: list[str], output: str) -> None:
         super().__init__(f"{' '.join(command[-6:])} failed: {output.strip()[-300:]}")
         self.command, self.output = command, output
-
-
-def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
 
 
 def job_seconds(jit: bool, steps: int, timeout: float = 900) -> float:
@@ -65,13 +60,13 @@ def job_seconds(jit: bool, steps: int, timeout: float = 900) -> float:
 
 def measure(steps: int = STEPS, rounds: int = 2) -> dict:
     """Each side's job seconds over ``rounds`` alternating rounds, and the load."""
-    load_before = _load()
+    load_before = load_average()
     eager, compiled = [], []
     for _ in range(rounds):
         eager.append(job_seconds(False, steps))
         compiled.append(job_seconds(True, steps))
     return {"steps": steps, "eager_s": eager, "compiled_s": compiled,
-            "load_before": load_before, "load_after": _load()}
+            "load_before": load_before, "load_after": load_average()}
 
 
 def rows(cfg: dict) -> list[Row]:

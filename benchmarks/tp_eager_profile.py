@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import load_average
+
 ROOT = Path(__file__).resolve().parents[1]
 WORLD = 2
 
@@ -79,11 +81,6 @@ def _ranks(side: str, steps: int, profile: bool, env: dict, tmp: str) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"{side} ranks failed:\n{(proc.stdout + proc.stderr)[-6000:]}")
     return json.loads(Path(out).read_text())
-
-
-def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
 
 
 def measurement(summary: dict) -> dict:
@@ -143,11 +140,11 @@ def main() -> None:
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    load_before = _load()
+    load_before = load_average()
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(a.rounds):
-            r = {"load": _load()}
+            r = {"load": load_average()}
             for side in ("parity", "plain"):
                 r[side] = _ranks(side, a.steps, False, env, tmp)
             r["jax"] = _jax_processes(WORLD, a.steps, 5, env, tmp)
@@ -156,7 +153,7 @@ def main() -> None:
         profile = _ranks("parity", a.steps, True, env, tmp)["cprofile"]
     command = "python -m benchmarks.tp_eager_profile" + (
         f" --rounds {a.rounds}" if a.rounds != 3 else "") + (f" --steps {a.steps}" if a.steps != 50 else "")
-    summary = {"steps": a.steps, "load": f"{load_before} -> {_load()}", "command": command,
+    summary = {"steps": a.steps, "load": f"{load_before} -> {load_average()}", "command": command,
                "rounds": rounds, "profile": profile}
     print(json.dumps({"python_self_ms": profile["python_self_ms"], "top": profile["top"][:15]}))
     if a.results:

@@ -158,15 +158,20 @@ def _operands(args: tuple, kwargs: dict) -> list:
     return found
 
 
+def _in_place(name: str) -> bool:
+    """Whether the function named ``name`` writes into its first operand
+    (``add_``, ``__iadd__``, ``__setitem__``)."""
+    return ((name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+            or name == "__setitem__")
+
+
 def writes_gradient_into_plain(name: str, args: tuple, kwargs: dict) -> bool:
     """Whether an in-place op (``name``: ``__setitem__``, ``copy_``,
     ``add_`` ...) writes a DTensor that needs a gradient into a plain tensor
     while autograd records (see ``write_into_plain``)."""
     if not (args and isinstance(args[0], torch.Tensor) and not isinstance(args[0], DTensor)):
         return False
-    if not torch.is_grad_enabled() or not (
-            (name.endswith("_") and not name.endswith("__")) or name == "__setitem__"
-            or name.startswith("__i")):
+    if not torch.is_grad_enabled() or not _in_place(name):
         return False
     return any(isinstance(v, DTensor) and v.requires_grad for v in _operands(args[1:], kwargs))
 
@@ -178,8 +183,7 @@ def replicated_by_dtensor(name: str, args: tuple, kwargs: dict) -> bool:
     no gradient, already on the device ``replicate`` puts it on, and the op
     writes into none of them (no in-place op, no ``out=``). Only such a call
     may run on the fast path with its plain operands as they are."""
-    if ((name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
-            or name == "__setitem__" or "out" in kwargs):
+    if _in_place(name) or "out" in kwargs:
         return False
     device = None if state.mode() == "plain" else state.torch_device()
     for value in _operands(args, kwargs):

@@ -35,7 +35,8 @@ TESTS = ROOT / "tests"
 COUNTS_SCRIPT = TESTS / "test_collective_counts.py"
 KERAS_MODELS = ("mlp", "transformer")
 # the worker's runs of the TP MLP on (2, 2) -> the row's words
-MLP_RUNS = {"eager": "eager", "eager defer": "eager under jax_semantics(defer=True)",
+MLP_RUNS = {"eager": "eager (pending sums deferred, the default)",
+            "eager at once": "eager under jax_semantics(defer=False)",
             "compiled": "compiled (aot_eager)",
             "compiled bucketed": "compiled (parity's aot_eager_bucketed)",
             "compiled default": "compiled (torch.compile(step): inductor)"}

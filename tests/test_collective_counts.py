@@ -15,14 +15,11 @@ Measured (torch 2.13, jax 0.10.2): mesh (2,) ``model``: parity 1 all-reduce
 eager and compiled, JAX 1. Mesh (2, 2) ``batch, model`` with x's rows on
 ``batch``: JAX 2 launches carrying 4 arrays (the forward's partial sum on
 ``model``; the loss and both weight gradients on ``batch`` in one combined
-all-reduce). parity eager: 3 -- the forward's partial sum, the loss (the
-forward's ``mean`` completes it: eager code hands the loss back before any
-backward), and both weight gradients in one all-reduce at the end of
-``backward()`` (``collectives/gradient_buckets``). parity eager under
-``jax_semantics(defer=True)``: JAX's 2 -- the forward's partial sum
-(completed before ``- 1``, a scalar added to it), and the loss, whose mean
-stays pending into the backward, with both weight gradients in the
-bucket's one all-reduce. parity compiled: 4 -- the
+all-reduce). parity eager (``jax_semantics()``; the same under
+``defer=False``): 3 -- the forward's partial sum, the loss (a pending
+mean, which the forward completes: only pending sums are kept), and both
+weight gradients in one all-reduce at the end of ``backward()``
+(``collectives/gradient_buckets``). parity compiled (``defer=False``): 4 -- the
 backward is AOTAutograd's compiled graph, run as one autograd node, and the
 gradient all-reduces traced into it are not combined by ``aot_eager``.
 parity's ``aot_eager_bucketed`` backend (``collectives/compiled_buckets.py``:
@@ -199,7 +196,7 @@ def test_tensor_parallel_mlp_step_issues_no_more_collectives_than_jax():
     jax = jax_counts("1d")
     assert jax == {"all-reduce": {"launches": 1, "operands": 1}}, jax
     got = parity_counts("1d", nproc=2)
-    for run in ("eager", "eager defer", "compiled", "compiled bucketed"):
+    for run in ("eager", "eager at once", "compiled", "compiled bucketed"):
         assert set(got[run]) <= set(jax), (run, got[run])
         for kind, n in got[run].items():
             assert n <= jax[kind]["launches"], (run, kind, n, jax)
@@ -211,14 +208,13 @@ def test_tensor_parallel_mlp_step_issues_no_more_collectives_than_jax():
 @pytest.mark.slow
 def test_data_and_tensor_parallel_mlp_step_buckets_the_gradient_reductions():
     """Mesh (2, 2) ``batch, model``: parity reduces the same 4 arrays as JAX
-    and nothing else. Eager: 3 launches (the forward's partial sum, the loss,
-    both weight gradients in one bucket) where XLA's combiner launches 2 (it
-    also folds the loss into the gradients' launch); eager under
-    ``jax_semantics(defer=True)``: JAX's 2, one per group -- the forward's
-    partial sum on ``model`` (completed before the scalar ``- 1``), and on
-    ``batch`` the loss's pending mean with both weight gradients (the
-    bucket, ``add_root``), the same values; compiled with
-    ``aot_eager``: 4 (one per array); with ``aot_eager_bucketed``: 3 (both
+    and nothing else. Eager: 3 launches (the forward's partial sum, the
+    loss, both weight gradients in one bucket) where XLA's combiner launches
+    2 (it also folds the loss into the gradients' launch): the loss is a
+    pending *mean*, and only pending sums are kept (DTensor's backward
+    cannot lay a pending mean's gradient out), so the forward completes it;
+    the same under ``jax_semantics(defer=False)``; the compiled runs, under
+    ``defer=False``: with ``aot_eager``: 4 (one per array); with ``aot_eager_bucketed``: 3 (both
     weight gradients in one); ``torch.compile(step)``, no backend named
     (inductor): 3, bucketed by ``jax_semantics()``. All give the same
     weights and placements; the loss too, inductor's to float32's
@@ -228,21 +224,21 @@ def test_data_and_tensor_parallel_mlp_step_buckets_the_gradient_reductions():
     One gradient launch per group: both weights are replicated on
     ``batch``, so both gradients pend on that one group, and inside
     ``backward()`` parity launches one all-reduce for them (eager; eager
-    with ``defer=True``, the loss's pending mean in the same launch; with
+    with ``defer=False``; with
     ``aot_eager_bucketed``; with inductor), as XLA's combiner does. Only
     plain ``aot_eager`` launches one per gradient."""
     jax = jax_counts("2d")
     assert jax == {"all-reduce": {"launches": 2, "operands": 4}}, jax
     got = parity_counts("2d", nproc=4)
     assert got["eager"] == {"all-reduce": 3}, got
-    assert got["eager defer"] == {"all-reduce": jax["all-reduce"]["launches"]}, got
+    assert got["eager at once"] == {"all-reduce": 3}, got
     assert got["compiled"] == {"all-reduce": jax["all-reduce"]["operands"]}, got
     assert got["compiled bucketed"] == {"all-reduce": 3}, got
     assert got["compiled default"] == {"all-reduce": 3}, got
-    for run in ("eager", "eager defer", "compiled bucketed", "compiled default"):
+    for run in ("eager", "eager at once", "compiled bucketed", "compiled default"):
         assert got[run + " in backward"] == {"all-reduce": 1}, (run, got)
     assert got["compiled in backward"] == {"all-reduce": 2}, got
-    assert (got["eager values"] == got["eager defer values"] == got["compiled values"]
+    assert (got["eager values"] == got["eager at once values"] == got["compiled values"]
             == got["compiled bucketed values"]), got
     inductor, eager = dict(got["compiled default values"]), dict(got["eager values"])
     torch_loss, eager_loss = inductor.pop("loss"), eager.pop("loss")

@@ -103,6 +103,19 @@ def test_numpy_operand_comes_back_on_the_dtensors_mesh(sim8):
     np.testing.assert_array_equal(a, xh)
 
 
+def test_numpy_operand_prints_no_deprecation_warning(sim8):
+    # numpy 2 calls __array_wrap__(array, context, return_scalar); torch's
+    # takes only the array, and numpy warned on every x * ndarray
+    import warnings
+
+    _, mesh = meshes()
+    x = ti.distribute_tensor(host((8, 16)), L(("data", "model"), mesh))
+    with ti.jax_semantics(), warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        y = x * np.full((16,), 3.0, np.float32)
+    assert ti.describe(y).spec == (("data",), ("model",))
+
+
 def test_numpy_result_takes_a_dim_split_over_two_axes(sim8):
     """numpy's result of ``x * ndarray`` comes back laid out as ``x`` even
     where a dim is split over both mesh axes, minor axis first (a strided
@@ -431,32 +444,52 @@ def test_defer_keeps_a_pending_sum_through_linear_ops_only(sim8):
     np.testing.assert_allclose(ti.to_numpy(z), expected, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("write", [lambda z: z.add_(1.0), lambda z: z.sub_(1.0), lambda z: z.exp_(),
-                                   lambda z: torch.exp(z, out=z)],
-                         ids=["add_", "sub_", "exp_", "out="])
-def test_defer_refuses_to_write_into_a_pending_sum_it_must_complete(sim8, write):
-    # the completion is a new tensor: writing into it would leave z as it was
-    # (exp_ returned the completed copy and left z pending and unchanged)
+@pytest.mark.parametrize("write, expected", [
+    (lambda z: z.add_(1.0), lambda v: v + 1.0), (lambda z: z.sub_(1.0), lambda v: v - 1.0),
+    (lambda z: z.exp_(), np.exp), (lambda z: torch.exp(z, out=z), np.exp),
+    (lambda z: z.relu_(), lambda v: np.maximum(v, 0))],
+    ids=["add_", "sub_", "exp_", "out=", "relu_"])
+def test_a_write_into_a_pending_sum_completes_it_in_place(sim8, write, expected):
+    # the write lands in z itself: every reference to z sees the sum, then
+    # the op (before, exp_ returned a completed copy and left z pending)
     _, mesh = meshes()
     xh, wh = host((8, 16)), host((16, 8), 1)
     x = ti.distribute_tensor(xh, L((None, "model"), mesh))
     w = ti.distribute_tensor(wh, L(("model", None), mesh))
-    with ti.jax_semantics(defer=True):
+    with ti.jax_semantics():
         z = x @ w
-        with pytest.raises(parity.UnsupportedOpError, match="pending sum") as err:
-            write(z)
-        assert err.value.reason == "writes into a pending sum"
+        alias = z
         assert z.placements[1].is_partial()
         z.mul_(2.0)  # linear: written in place, still pending
         assert z.placements[1].is_partial()
-    np.testing.assert_allclose(ti.to_numpy(z), 2 * (xh @ wh), rtol=1e-5, atol=1e-4)
+        out = write(z)
+        assert out is z and alias is z
+        assert not any(p.is_partial() for p in z.placements)
+    np.testing.assert_allclose(ti.to_numpy(z), expected(2 * (xh @ wh)), rtol=1e-5, atol=1e-4)
+
+
+def test_a_write_into_a_pending_sum_that_cannot_be_swapped_is_refused(sim8):
+    # a weak reference pins the object: torch refuses the swap, and a copy
+    # would leave z as it was, so the write is refused, naming the way out
+    import weakref
+
+    _, mesh = meshes()
+    x = ti.distribute_tensor(host((8, 16)), L((None, "model"), mesh))
+    w = ti.distribute_tensor(host((16, 8), 1), L(("model", None), mesh))
+    with ti.jax_semantics():
+        z = x @ w
+        pin = weakref.ref(z)
+        with pytest.raises(parity.UnsupportedOpError, match="out-of-place form") as err:
+            z.add_(1.0)
+        assert err.value.reason == "writes into a pending sum" and pin() is z
+        assert z.placements[1].is_partial()
 
 
 def test_without_defer_nothing_is_pending(sim8):
     _, mesh = meshes()
     x = ti.distribute_tensor(host((8, 16)), L((None, "model"), mesh))
     w = ti.distribute_tensor(host((16, 8), 1), L(("model", None), mesh))
-    with ti.jax_semantics():
+    with ti.jax_semantics(defer=False):
         assert not any(p.is_partial() for p in (2.0 * (x @ w)).placements)
 
 
@@ -465,10 +498,10 @@ def test_without_defer_nothing_is_pending(sim8):
 def test_scope_is_nestable_and_reentrant_and_ends_cleanly(sim8):
     _, mesh = meshes()
     x = ti.distribute_tensor(host((8, 16)), L(("data", "model"), mesh))
-    scope = ti.jax_semantics()
+    scope = ti.jax_semantics(defer=False)
     with scope:
         with scope:  # same object again
-            with ti.jax_semantics(defer=True):
+            with ti.jax_semantics():  # the default: defer=True
                 assert semantics_mode.current_options()["defer"] is True
             assert semantics_mode.current_options()["defer"] is False
             x - torch.ones(16)
@@ -492,7 +525,7 @@ def test_two_threads_each_with_its_own_mesh(sim8):
                 mesh = parity.DeviceMesh(shape, names, [f"cpu:{i}" for i in range(8)])
                 xh = host((8, 16), seed=seed)
                 x = ti.distribute_tensor(xh, L(spec, mesh))
-            with ti.jax_semantics(defer=(key == "b")):
+            with ti.jax_semantics(defer=(key == "b")):  # noqa: explicit both ways
                 barrier.wait()
                 with compute:
                     y = (x - torch.ones(16)).sum(0)

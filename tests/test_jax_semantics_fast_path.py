@@ -56,13 +56,13 @@ def test_a_repeated_clean_call_runs_the_rule_once(mesh, rule_calls):
 
 
 def test_a_call_that_reshards_is_never_clean(mesh, rule_calls):
-    """A contraction over a sharded dim: JAX completes the reduction, so the
-    mode always works (its decision, cached per description of the call:
+    """A contraction over a sharded dim completed at once (``defer=False``):
+    the mode always works (its decision, cached per description of the call:
     the rule runs once) and the output is never a pending sum."""
     a, b = host((8, 16), 1), host((16, 4), 2)
     x, w = put(a, ("data", "model"), mesh), put(b, ("model", None), mesh)
     decision._decided.cache_clear()
-    with ti.jax_semantics():
+    with ti.jax_semantics(defer=False):
         outs = [x @ w for _ in range(3)]
     assert rule_calls.count("matmul") == 1
     assert not fast_path.CLEAN
@@ -186,7 +186,7 @@ def test_a_binary_ops_inline_signature_is_the_one_signature_builds(mesh, monkeyp
         h2 - h        # roles (1, 1)
         pairs = [(h, y), (h2, h)] if grad else [(x, y), (h2, h)]
         assert len(remembered) == len(pairs), remembered
-        expected = [fast_path.signature(k[0], pair, None, False)
+        expected = [fast_path.signature(k[0], pair, None, True)
                     for k, pair in zip(remembered, pairs)]
     assert remembered == expected
     assert [k[4::2] for k in remembered] == ([(1, 0), (1, 1)] if grad else [(0, 0)] * 2)
@@ -204,7 +204,7 @@ def test_a_unary_ops_inline_signature_is_the_one_signature_builds(mesh, monkeypa
         torch.neg(h)       # a hit: remembered once
         operands = [h] if grad else [x, h]
         assert len(remembered) == len(operands), remembered
-        expected = [fast_path.signature(k[0], (t,), None, False)
+        expected = [fast_path.signature(k[0], (t,), None, True)
                     for k, t in zip(remembered, operands)]
     assert remembered == expected
     assert [k[4] for k in remembered] == ([1] if grad else [0, 0])
@@ -215,9 +215,9 @@ def test_the_signature_carries_the_innermost_scopes_defer_option(mesh, monkeypat
     real = fast_path.remember
     monkeypatch.setattr(fast_path, "remember", lambda key: (remembered.append(key), real(key)))
     x = put(host((8, 16), 1), ("data", "model"), mesh)
-    with ti.jax_semantics():
+    with ti.jax_semantics(defer=False):
         x + x
-        with ti.jax_semantics(defer=True):
+        with ti.jax_semantics():  # the default: defer=True
             x + x
             torch.neg(x)
         x + x  # the defer=False key again: a hit

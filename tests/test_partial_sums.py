@@ -49,7 +49,7 @@ def _sharded_on_every_axis(shape, names):
 def test_sum_over_every_axis_is_one_all_reduce(mesh_name, warnings_seen):
     shape, names = MESHES[mesh_name]
     value = np.arange(64, dtype=np.float32).reshape(8, 8)
-    with T.simulate(8), T.jax_semantics():
+    with T.simulate(8), T.jax_semantics(defer=False):  # completed by the sum itself
         mesh = DeviceMesh(shape, names)
         x = T.distribute_tensor(value, TensorLayout(_sharded_on_every_axis(shape, names), mesh))
         with CommDebugMode() as comm:
@@ -64,7 +64,7 @@ def test_mean_over_every_axis_is_one_all_reduce(warnings_seen):
     # a pending mean (Partial("avg") on both axes): torch merges it as a sum
     # over the flattened group, then divides
     value = np.arange(64, dtype=np.float32).reshape(8, 8)
-    with T.simulate(8), T.jax_semantics():
+    with T.simulate(8), T.jax_semantics(defer=False):  # completed by the mean itself
         mesh = DeviceMesh((2, 4), ("data", "model"))
         x = T.distribute_tensor(value, TensorLayout(("data", "model"), mesh))
         with CommDebugMode() as comm:
@@ -80,7 +80,7 @@ def test_gradient_of_broadcast_operand_is_one_all_reduce(mesh_name, warnings_see
     # every axis is a sum over every axis: pending on all of them in backward
     shape, names = MESHES[mesh_name]
     value = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
-    with T.simulate(8), T.jax_semantics():
+    with T.simulate(8), T.jax_semantics(defer=False):  # the loss completed in the forward
         mesh = DeviceMesh(shape, names)
         x = T.distribute_tensor(value, TensorLayout(_sharded_on_every_axis(shape, names), mesh))
         w = T.distribute_variable(np.float32(2.0), TensorLayout((), mesh))

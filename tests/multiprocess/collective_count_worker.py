@@ -10,8 +10,10 @@ row-parallel on mesh axis ``model``, ``mean((tanh(x @ w1) @ w2 - 1) ** 2)``,
 a hand-written SGD update. With one argument ``1d`` the mesh is
 ``(world,)`` ``("model",)`` and x replicated; with ``2d`` it is
 ``(2, world // 2)`` ``("batch", "model")`` and x's rows are sharded on
-``batch`` (data and tensor parallel). The runs: ``"eager"``; ``"eager
-defer"`` (eager under ``jax_semantics(defer=True)``); ``"compiled"``
+``batch`` (data and tensor parallel). The runs: ``"eager"`` (the default,
+pending sums deferred); ``"eager at once"`` (eager under
+``jax_semantics(defer=False)``: each sum completed where it arises); under
+``defer=False`` too: ``"compiled"``
 (``torch.compile(step, backend="aot_eager")``); ``"compiled bucketed"``
 (parity's ``aot_eager_bucketed``, ``collectives/compiled_buckets.py``);
 with ``2d`` also ``"compiled default"`` (``torch.compile(step)``, no
@@ -109,8 +111,8 @@ def main() -> None:
     x = ti.distribute_tensor(csw.host((8, 16), 0), parity.TensorLayout(x_spec, mesh))
     results = {}
     # run -> (how the step is compiled (None: eager), jax_semantics's defer)
-    runs = {"eager": (None, False),
-            "eager defer": (None, True),
+    runs = {"eager": (None, True),  # the default: pending sums deferred
+            "eager at once": (None, False),
             "compiled": (lambda step: torch.compile(step, backend="aot_eager"), False),
             "compiled bucketed": (lambda step: torch.compile(step, backend=aot_eager_bucketed),
                                   False)}

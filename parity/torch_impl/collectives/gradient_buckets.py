@@ -276,13 +276,14 @@ class _Target:
     """What a leaf's entry node knows of its leaf (a non-tensor argument: the
     node's one edge is to the leaf itself)."""
 
-    __slots__ = ("leaf", "mesh", "placements", "holder", "__weakref__")
+    __slots__ = ("leaf", "mesh", "placements", "holder", "lay_out", "__weakref__")
 
-    def __init__(self, leaf: DTensor, holder: _Holder) -> None:
+    def __init__(self, leaf: DTensor, holder: _Holder, lay_out) -> None:
         self.leaf = weakref.ref(leaf)
         self.mesh = leaf.device_mesh
         self.placements = tuple(leaf.placements)
         self.holder = holder
+        self.lay_out = lay_out  # (grad, placements) -> grad in those placements
 
 
 # id(leaf) -> (weakref to the leaf, its live entry nodes' _Target): more than
@@ -328,9 +329,7 @@ class _LeafEntry(torch.autograd.Function):
             # what DTensor's redistribute node gave the leaf: its placement, in
             # one collective where several mesh axes change (a completion over
             # mesh axes of size 1 moves nothing: relabeled)
-            from parity.torch_impl.collectives.redistribute import merged  # it imports this module
-
-            grad = merged(grad, target.placements)
+            grad = target.lay_out(grad, target.placements)
         return grad, None
 
 
@@ -369,13 +368,15 @@ def _has_hooks(leaf: torch.Tensor) -> bool:
     return bool(leaf._backward_hooks) or bool(getattr(leaf, "_post_accumulate_grad_hooks", None))
 
 
-def leaf_entry(leaf: DTensor) -> DTensor:
+def leaf_entry(leaf: DTensor, lay_out) -> DTensor:
     """``leaf`` as an op's operand in its own placement, behind the node that
     brings its gradient back in that placement -- the completion of a
-    pending sum waiting for this thread's bucket (see the module docstring).
-    Eager only: under dynamo, DTensor's own ``redistribute``."""
+    pending sum waiting for this thread's bucket (see the module docstring)
+    or, where it cannot wait, ``lay_out(grad, placements)`` (the caller's
+    redistribute: this module imports none). Eager only: under dynamo,
+    DTensor's own ``redistribute``."""
     if torch.compiler.is_compiling():
         return leaf.redistribute(leaf.device_mesh, leaf.placements)
-    target = _Target(leaf, _local.holder)
+    target = _Target(leaf, _local.holder, lay_out)
     _uses_of(leaf, create=True).add(target)
     return _LeafEntry.apply(leaf, target)

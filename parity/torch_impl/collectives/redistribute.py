@@ -169,7 +169,7 @@ def move(x: DTensor, target: tuple, *, guard: bool = False) -> DTensor:
     if not guard:
         return x
     if x.is_leaf and x.requires_grad:
-        return leaf_entry(x)  # its gradient's completion may wait for the bucket
+        return leaf_entry(x, merged)  # its gradient's completion may wait for the bucket
     return x.redistribute(mesh, target)
 
 

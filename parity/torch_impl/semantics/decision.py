@@ -297,7 +297,10 @@ def _output_action_untraced(placements: tuple, ndim: int, spec: Any, keep_partia
 @functools.lru_cache(maxsize=4096)
 def _output_action(placements: tuple, ndim: int, spec: Any, keep_partial: bool, mesh) -> tuple:
     partial = any(isinstance(p, Partial) for p in placements)
-    if keep_partial and partial and not masked_partial(placements):
+    if (keep_partial and partial and not masked_partial(placements)
+            and all(p.reduce_op == "sum" for p in placements if isinstance(p, Partial))):
+        # a pending sum only: DTensor's backward cannot turn the gradient of a
+        # pending mean or max into its placement (P(sum) -> P(avg))
         return ("defer", None)
     if spec is None or len(spec) != ndim:
         try:

@@ -50,6 +50,7 @@ from parity.torch_impl.semantics import (
     compile_support,
     compute,
     decision,
+    fallback,
     fast_path,
     loss_parallel,
     numpy_interop,
@@ -122,7 +123,7 @@ def current_options() -> dict | None:
 class JaxSemantics:
     """The context returned by ``jax_semantics()``; see there."""
 
-    def __init__(self, defer: bool = False, random: str = "invariant") -> None:
+    def __init__(self, defer: bool = True, random: str = "invariant") -> None:
         if random not in ("invariant", "counter", "per_rank"):
             raise ParityError(f"jax_semantics(random={random!r}): choose 'invariant' (every "
                               "rank draws the unsharded program's values), 'counter' (each "
@@ -136,6 +137,8 @@ class JaxSemantics:
         _state.options.append({"defer": self.defer, "random": self.random})
         _state.set_options()
         if _state.mode is None:
+            pending.install_to_local_hook()  # before any compiled frame can defer
+            numpy_interop.install_array_wrap()  # numpy 2's signature: no warning
             mode = _JaxSemanticsMode()
             mode.__enter__()
             _state.mode = mode
@@ -171,7 +174,7 @@ class JaxSemantics:
         return f"jax_semantics(defer={self.defer}, random={self.random!r})"
 
 
-def jax_semantics(defer: bool = False, random: str = "invariant") -> JaxSemantics:
+def jax_semantics(defer: bool = True, random: str = "invariant") -> JaxSemantics:
     """A scope in which DTensor programs have JAX's semantics.
 
     ```python
@@ -183,18 +186,25 @@ def jax_semantics(defer: bool = False, random: str = "invariant") -> JaxSemantic
     ```
 
     * plain tensors, numpy arrays and scalars meeting a DTensor are
-      replicated on its mesh; DTensors on two meshes raise
-      ``parity.ShardingError``;
+      replicated on its mesh; a DTensor on a slice of another operand's mesh
+      (FSDP2's ``dp`` submesh) is that mesh's array replicated over the axes
+      it lacks; DTensors on two unrelated meshes raise
+      ``parity.MeshMismatchError``;
     * every op's output has the spec JAX's explicit-mode rule gives (see
-      ``parity.torch_impl.semantics.rules``) and no pending reduction; where
-      JAX calls an op ambiguous, the reduction is completed and a result
-      returned;
+      ``parity.torch_impl.semantics.rules``), which ``describe`` and
+      ``typeof`` report; where JAX calls an op ambiguous, the reduction is
+      completed and a result returned;
     * reshards happen above autograd, and every leaf's gradient has the
       leaf's placement.
 
-    ``defer=True`` keeps a pending sum through linear ops (add, scalar mul,
-    sum, reshapes, a matmul with a replicated operand) and completes it before
-    any other op, ``describe``, ``to_numpy``, ``.item()`` and ``to_local()``.
+    ``defer=True`` (default) keeps a pending sum (DTensor's ``Partial``)
+    through linear ops (add, scalar mul, sum, reshapes, a matmul with a
+    replicated operand) and completes it before any other op, ``describe``,
+    ``typeof``, ``to_numpy``, ``.item()`` and ``to_local()``, or at the
+    program's own ``redistribute``: DTensor code that declares a pending
+    output (torch's ``RowwiseParallel``) keeps it, with the one collective
+    it asks for. An in-place op into a pending sum completes it in place
+    first. ``defer=False`` completes every sum where it arises.
 
     ``random="invariant"`` (default): random ops with a DTensor operand
     (dropout, ``rand_like``, ``bernoulli``, ``normal_``, attention's dropout,
@@ -214,7 +224,7 @@ def jax_semantics(defer: bool = False, random: str = "invariant") -> JaxSemantic
     return JaxSemantics(defer, random)
 
 
-# --- begin: unwrapping subclasses (issue 27, GPT-OSS; edited by the keras-hub helper) ---
+# --- unwrapping subclasses (a Keras Variable holding a DTensor) ---
 def dispatch_unwrapped(func, args: tuple, kwargs: dict) -> Any:
     """``func(*args, **kwargs)`` as this thread's mode runs it, for a tensor
     subclass whose ``__torch_function__`` unwraps its operands and calls
@@ -231,7 +241,6 @@ def dispatch_unwrapped(func, args: tuple, kwargs: dict) -> Any:
     if mode is None:
         return func(*args, **kwargs)
     return mode.__torch_function__(func, (), tuple(args), kwargs)
-# --- end: unwrapping subclasses ---
 
 
 @torch.compiler.assume_constant_result
@@ -360,7 +369,7 @@ def _eager(func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
 def _plain(func, args: tuple, kwargs: dict) -> Any:
     """A call without DTensors. Under ``random="counter"`` a random op on
     plain tensors draws from the same counter generator as on DTensors
-    (issue 25: the unsharded program's values are the sharded one's)."""
+    (the unsharded program's values are the sharded one's)."""
     if (random_ops.listed(func) and _state.options[-1]["random"] == "counter"
             and random_ops.by_counter(func, args, kwargs)):
         return random_ops.run_counter(func, args, kwargs)
@@ -410,12 +419,20 @@ def _run(func, name: str, args: tuple, kwargs: dict, mesh, key: tuple | None = N
         if key is not None and not operands.replicated_by_dtensor(name, args, kwargs):
             key = None  # the fast path would hand DTensor what it does not replicate
         args, kwargs = operands.promote(args, kwargs, mesh)
-    if rehomed:  # the same mesh as another object (an FSDP2 submesh): one mesh
+    if rehomed:  # the same mesh as another object, or a slice of it: one mesh
+        written = args[0] if args and fallback.inplace_by_name(func) else None
         args, kwargs = operands.rehome(args, kwargs, mesh)
+        if written is not None and args[0] is not written:
+            # an in-place op writes through the lifted view into the
+            # operand's own block: the operand itself is the result
+            _run(func, name, args, kwargs, mesh)
+            return written
     if loss_parallel.applies(func) or name in _OBSERVERS:
         # DTensor's own parallel loss (the user asked for it), or an op that
         # looks at values: pending sums completed, then the op as it is
         args, kwargs = operands.completed(args, kwargs)
+        if loss_parallel.own_route(func, args, kwargs):  # a loss DTensor's handlers get wrong
+            return loss_parallel.run(func, args, kwargs, _state.mode)
         return func(*args, **kwargs)
     if unreduced.involved(args, kwargs):  # a typed pending sum (P(unreduced=)): JAX's rules
         return unreduced.run_on_unreduced(func, name, args, kwargs)

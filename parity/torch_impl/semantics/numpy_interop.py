@@ -26,6 +26,28 @@ from parity.torch_impl.semantics.operands import replicate
 
 NAMES = frozenset({"__array__", "__array_wrap__"})
 
+_wrap_installed = False
+
+
+def install_array_wrap() -> None:
+    """Give ``DTensor`` an ``__array_wrap__`` with numpy 2's signature
+    ``(array, context=None, return_scalar=False)``, once, when the first
+    ``jax_semantics()`` scope opens. torch's takes only ``array``, so numpy
+    2 printed a ``DeprecationWarning`` on every ``x * ndarray``; the
+    result is the one torch's own method gives (the mode's
+    ``wrap_numpy_result`` inside the scope)."""
+    global _wrap_installed
+    if _wrap_installed:
+        return
+    original = DTensor.__array_wrap__
+
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        return original(self, array)
+
+    __array_wrap__.__wrapped__ = original  # type: ignore[attr-defined]
+    DTensor.__array_wrap__ = __array_wrap__  # type: ignore[method-assign]
+    _wrap_installed = True
+
 
 def convert(name: str, args: tuple, kwargs: dict) -> Any:
     """``__array__`` or ``__array_wrap__`` (a name in ``NAMES``) of a

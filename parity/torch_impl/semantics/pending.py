@@ -10,13 +10,18 @@ sum/mean, reshapes, a contraction with a replicated operand) and is
 completed at the first op that is not linear, and by ``describe``,
 ``to_numpy``, ``.item()`` and ``to_local()``.
 
-The completion is a new tensor: an in-place op (or ``out=``) that would
-write into a pending operand completed first would leave the operand
-unchanged, so it is refused (``refuse_write``).
+The completion is a new tensor. An in-place op (or ``out=``) that writes
+into a pending operand completes that operand in place first
+(``complete_in_place``: the completed tensor takes the operand's Python
+object, as ``torch.utils.swap_tensors`` does, so every reference the program
+holds sees the sum), then writes; where the object cannot be swapped (traced
+by dynamo, or referenced from C++, e.g. saved for a backward) the write is
+refused (``refuse_write``).
 """
 
 from __future__ import annotations
 
+import torch
 from torch.distributed.tensor import DTensor
 
 from parity.errors import UnsupportedOpError
@@ -37,7 +42,6 @@ def mark_deferred(x: DTensor) -> DTensor:
         setattr(x, DEFERRED_ATTR, True)
     except (AttributeError, RuntimeError):  # pragma: no cover - exotic subclasses
         pass
-    _install_to_local_hook()
     return x
 
 
@@ -48,10 +52,12 @@ def is_deferred(x) -> bool:
 _hook_installed = False
 
 
-def _install_to_local_hook() -> None:
+def install_to_local_hook() -> None:
     """``to_local()`` is a plain method (no ``__torch_function__``); wrap it
-    once so a *deferred* tensor is completed first. Every other DTensor
-    behaves exactly as before."""
+    once, when the first ``jax_semantics()`` scope opens (never inside a
+    compiled frame: dynamo cannot trace a class attribute being set), so a
+    *deferred* tensor is completed first. Every other DTensor behaves
+    exactly as before."""
     global _hook_installed
     if _hook_installed:
         return
@@ -69,6 +75,22 @@ def _install_to_local_hook() -> None:
 
 
 
+def complete_in_place(op: str, x: DTensor) -> DTensor:
+    """``x`` itself, its pending sums completed, for ``op`` to write into.
+
+    Raises ``UnsupportedOpError`` (``refuse_write``) under ``torch.compile``
+    (dynamo cannot trace a swap of Python objects) or where torch refuses
+    the swap (``x`` has weak references or other owners of its storage)."""
+    if torch.compiler.is_compiling():
+        refuse_write(op, x)
+    completed = complete(x)
+    try:
+        torch.utils.swap_tensors(x, completed)
+    except RuntimeError:
+        refuse_write(op, x)
+    return x
+
+
 def refuse_write(op: str, x: DTensor) -> None:
     """Raise the ``UnsupportedOpError`` for ``op`` writing into ``x``, a
     pending operand that must be completed first (its completion is another
@@ -76,8 +98,9 @@ def refuse_write(op: str, x: DTensor) -> None:
     placements = (tuple(x.placements),)
     raise UnsupportedOpError(
         f"{op} writes into an operand with a pending sum (placements {placements[0]}), "
-        "which must be completed before the op; the completion is a new tensor, so the "
-        "operand would stay unchanged. Use the out-of-place form (y = x.op(...) instead of "
-        "x.op_(...)).",
+        "which must be completed before the op; it cannot be completed in place here "
+        "(inside torch.compile, or the tensor has other owners), and a completed copy "
+        "would leave the operand unchanged. Use the out-of-place form (y = x.op(...) "
+        "instead of x.op_(...)), or jax_semantics(defer=False) to complete sums at once.",
         op=op, placements=placements, reason="writes into a pending sum",
     )

@@ -1,4 +1,4 @@
-"""Random ops whose values do not depend on the sharding (issue 25).
+"""Random ops whose values do not depend on the sharding.
 
 In JAX a key gives the same numbers whatever the sharding: a model trains
 to the same curve on 8 devices as on 1. DTensor does not: on CUDA its

@@ -54,8 +54,8 @@ def prepared(func: Any, args: tuple, kwargs: dict, actions: tuple,
     """``(args, kwargs, moved)``: each DTensor operand of ``func`` as the
     decision's ``actions`` say, in ``map_dtensors``' order (a pending sum
     completed, redistributed, a leaf guarded); ``moved`` whether any operand
-    changed (the call is then never clean). An operand ``func`` writes into
-    is never completed: ``UnsupportedOpError`` (``pending.refuse_write``)."""
+    changed (the call is then never clean). A pending operand ``func``
+    writes into is completed in place (``pending.complete_in_place``)."""
     visits = [0]
     moved = [False]
 
@@ -64,8 +64,9 @@ def prepared(func: Any, args: tuple, kwargs: dict, actions: tuple,
         visits[0] += 1
         if complete:
             if loc == ("k", "out") or (loc == ("a", 0) and inplace_by_name(func)):
-                pending.refuse_write(op_name(func), t)
-            t = pending.complete(t)
+                t = pending.complete_in_place(op_name(func), t)  # the write lands in t
+            else:
+                t = pending.complete(t)
             moved[0] = True  # a pending operand: the call is never clean
         out = t if target is None else move(t, target, guard=guard)
         if out is not t or kept:

@@ -8,7 +8,8 @@ unequal, and DTensor refuses an op across them ("cross-mesh operation").
 For JAX a mesh is its devices and axis names: two meshes with the same
 device type, axis names and rank array are one mesh (``same_mesh``). Where
 they differ, ``differences`` says which field and how, for the error
-message.
+message. A mesh that is a *slice* of another (fewer axes) is not the same
+mesh but lives in it: ``submesh``.
 """
 
 from __future__ import annotations
@@ -52,17 +53,24 @@ def same_mesh(first: Any, second: Any) -> bool:
 
 
 def rehome(t: Any, mesh: Any) -> Any:
-    """The DTensor ``t`` on ``mesh``, a mesh ``same_mesh`` as its own: the
-    same local block and placements (differentiable, no collective).
+    """The DTensor ``t`` on ``mesh``, a mesh ``same_mesh`` as its own (the
+    same local block and placements) or of which its own is a slice
+    (``submesh.lift``: replicated on the axes its mesh lacks);
+    differentiable, no collective.
 
-    Raises ``ValueError`` when the meshes are not the same mesh (a bug in
-    the caller: ``same_mesh`` decides first).
+    Raises ``ValueError`` when ``t``'s mesh is neither (a bug in the
+    caller: ``same_mesh`` / ``submesh.slice_axes`` decide first).
     """
     from torch.distributed.tensor import DTensor
+
+    from parity.torch_impl.layouts import submesh
 
     if t.device_mesh is mesh:
         return t
     if not same_mesh(t.device_mesh, mesh):
+        axes = submesh.slice_axes(mesh, t.device_mesh)
+        if axes is not None:
+            return submesh.lift(t, mesh, axes)
         raise ValueError(f"rehome: {t.device_mesh} and {mesh} are different meshes: "
                          f"{'; '.join(differences(t.device_mesh, mesh))}.")
     return DTensor.from_local(t.to_local(), mesh, t.placements, run_check=False,

@@ -12,7 +12,11 @@ with ``MeshMismatchError`` (pytorch#134212 is plain DTensor's form of it).
 ``split`` groups the elements by their DTensors' mesh (meshes that are the
 same mesh for JAX are one group; an element with no DTensor joins the
 first group, as it was promoted before) and ``joined`` puts the per-group
-results back in element order.
+results back in element order. A mesh and its slice (FSDP2's ``dp``
+submesh) are two groups, so each element keeps its mesh; an operand on the
+parent that a group meets (``clip_grad_norm_``'s coefficient in
+``_foreach_mul_``) lifts the group's elements onto the parent
+(``operands.find_mesh``, ``layouts/submesh.py``), writing into their blocks.
 """
 
 from __future__ import annotations

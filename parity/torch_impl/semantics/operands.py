@@ -9,10 +9,13 @@ inputs. DTensor refuses them (``aten.sub.Tensor: got mixed torch.Tensor and
 DTensor``). ``promote`` turns every plain tensor and numpy array among an
 op's arguments into a DTensor replicated on the mesh of the DTensors it
 meets; Python scalars stay scalars (DTensor already treats them as
-constants). DTensors on two different meshes raise ``ShardingError``;
-two mesh objects with the same device type, axis names and ranks are one
-mesh (``mesh_identity``) and the operands are moved onto the first
-(``rehome``).
+constants). Two mesh objects with the same device type, axis names and
+ranks are one mesh (``mesh_identity``), and a mesh that is a slice of
+another (FSDP2's ``dp`` submesh, a flattened axis: ``layouts.submesh``) is
+part of it, as a JAX program has one mesh: the operands are moved onto the
+parent (``rehome``), a slice's DTensor replicated over the axes it lacks.
+DTensors on unrelated meshes raise ``MeshMismatchError``, saying how they
+differ.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import MeshMismatchError
 from parity.torch_impl.runtime import state
-from parity.torch_impl.layouts import mesh_identity
+from parity.torch_impl.layouts import mesh_identity, submesh
 from parity.torch_impl.layouts.tensors import as_host_tensor
 from parity.torch_impl.semantics import pending
 
@@ -33,17 +36,22 @@ _SEQ = (list, tuple)
 
 
 def find_mesh(args: tuple, kwargs: dict) -> tuple[Any, bool, bool]:
-    """``(mesh, rehome, plain)``: the torch ``DeviceMesh`` shared by every
-    DTensor among the arguments (one level into lists and tuples), or
-    ``None`` when there is no DTensor; ``rehome`` is whether some DTensor
-    lives on another mesh object that is the same mesh (an FSDP2 submesh and
-    a 1-D mesh of the same ranks, which torch compares unequal: ``rehome``
-    moves it); ``plain`` whether some operand is a plain tensor or a numpy
-    array (``promote`` replicates them). One walk over the operands.
+    """``(mesh, rehome, plain)``: the torch ``DeviceMesh`` of the operands
+    (one level into lists and tuples), or ``None`` when there is no
+    DTensor; ``rehome`` is whether some DTensor lives on another mesh
+    object that is the same mesh (an FSDP2 submesh and a 1-D mesh of the
+    same ranks, which torch compares unequal) or on a slice of ``mesh``
+    (FSDP2's ``dp`` submesh of the ``(dp, tp)`` mesh: JAX's one mesh, the
+    array replicated over the missing axes): ``rehome`` moves or lifts it;
+    ``plain`` whether some operand is a plain tensor or a numpy array
+    (``promote`` replicates them). One walk over the operands.
 
-    Raises ``ShardingError`` when two DTensors live on different meshes.
+    Raises ``MeshMismatchError`` when two DTensors live on different
+    meshes neither of which is a slice of the other (saying how they
+    differ).
     """
     mesh, rehome, plain = None, False, False
+    others = None  # meshes that are not ``mesh``: slices of one of them, or a mismatch
     for value in _operands(args, kwargs):
         if not isinstance(value, DTensor):
             if isinstance(value, (torch.Tensor, np.ndarray)):
@@ -63,15 +71,56 @@ def find_mesh(args: tuple, kwargs: dict) -> tuple[Any, bool, bool]:
             if not how:  # the same devices and names: one mesh (rehome)
                 rehome = True
                 continue
-            raise MeshMismatchError(
-                "Operands live on different device meshes: "
-                f"{_describe_mesh(mesh)} and {_describe_mesh(other)} (they differ in "
-                f"{'; '.join(how)}). JAX refuses this too; move one with "
-                "distribute_tensor onto the other's mesh (via to_numpy when the "
-                "devices differ).",
-                first=mesh, second=other,
-            )
+            if others is None:
+                others = [other]
+            else:
+                others.append(other)
+    if others is not None:  # a slice of another mesh: the parent's array (rehome lifts it)
+        mesh, rehome = _parent_mesh(mesh, others), True
     return mesh, rehome, plain
+
+
+def _parent_mesh(first, others: list):
+    """The mesh among ``first`` and ``others`` of which each of the others
+    is the same mesh or a slice (``submesh.slice_axes``).
+
+    Raises ``MeshMismatchError`` naming the first pair that is neither.
+    (Loops, not generators: dynamo traces this.)"""
+    distinct = [first]
+    for m in others:
+        for d in distinct:
+            if same_mesh(m, d):
+                break
+        else:
+            distinct.append(m)
+    for p, parent in enumerate(distinct):
+        for k, m in enumerate(distinct):
+            if k != p and submesh.slice_axes_traced(parent, m) is None:
+                break
+        else:
+            return parent
+    for second in distinct[1:]:
+        if (submesh.slice_axes_traced(first, second) is None
+                and submesh.slice_axes_traced(second, first) is None):
+            break
+    raise MeshMismatchError(_mismatch_message(first, second), first=first, second=second)
+
+
+@torch.compiler.assume_constant_result
+def _mismatch_message(first, second) -> str:
+    """Why two torch meshes are not one mesh for an op (a constant under
+    dynamo, made on the real meshes)."""
+    first = getattr(first, "real_obj", first)
+    second = getattr(second, "real_obj", second)
+    how = list(mesh_identity.differences(first, second))
+    slice_ = submesh.why_not(first, second)
+    if slice_ is not None:
+        how.append(slice_)
+    return ("Operands live on different device meshes: "
+            f"{_describe_mesh(first)} and {_describe_mesh(second)} (they differ in "
+            f"{'; '.join(how)}). JAX refuses this too; move one with "
+            "distribute_tensor onto the other's mesh (via to_numpy when the "
+            "devices differ).")
 
 
 def rehome(args: tuple, kwargs: dict, mesh) -> tuple[tuple, dict]:
@@ -103,8 +152,11 @@ def _each_dtensor(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
 def _rehome_one(t: DTensor, mesh) -> DTensor:
     if not _dynamo_compiling():
         return mesh_identity.rehome(t, mesh)
-    if _how_meshes_differ(t.device_mesh, mesh) is None:
+    how = _how_meshes_differ(t.device_mesh, mesh)
+    if how is None:
         return t
+    if how:  # a slice of ``mesh`` (``find_mesh`` found it one)
+        return submesh.lift(t, mesh, submesh.slice_axes_traced(mesh, t.device_mesh))
     return DTensor.from_local(t.to_local(), mesh, t.placements, run_check=False,
                               shape=t.shape, stride=t.stride())
 

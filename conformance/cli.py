@@ -223,7 +223,7 @@ def cmd_compare(args) -> int:
     """Verdicts of CAND against REF; or a semantics diff of two comparisons
     (or of two candidate reports, each against ``--reference``)."""
     for flag, path in (("--json", args.json), ("--md", args.md), ("--html", args.html)):
-        if path:
+        if path is not None:  # "" too: refused, never taken for "not given"
             check_writable(path, flag)
     try:
         first, second = load_json(args.reference, partial=True), load_json(args.candidate,
@@ -304,7 +304,16 @@ def cmd_conformance(args) -> int:
     return run_suite(args)
 
 
+COMMANDS = ("run", "compare", "conformance", "ops")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        # argparse would only say the command is missing, not name the flag
+        print(f"parity: {argv[0]!r} comes before a command; the first argument is one of "
+              f"{', '.join(COMMANDS)} (--help lists the options)", file=sys.stderr)
+        return EXIT_USAGE
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as done:  # --help (0) or a bad argument (2, one line said)

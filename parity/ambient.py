@@ -1,52 +1,83 @@
 """The ambient mesh: ``set_mesh(mesh)`` and what a ``P(...)`` resolves to.
 
-A per-thread stack: ``set_mesh`` pushes a mesh for the ``with`` block (the
-innermost wins; blocks nest; another thread sees its own stack), as
-``jax.set_mesh`` does. Each backend's ``set_mesh`` enters this one (the JAX
-reference also enters ``jax.set_mesh`` on the JAX mesh).
+``set_mesh`` behaves as ``jax.set_mesh`` (JAX 0.10.2): the call itself makes
+``mesh`` the calling thread's ambient mesh, until the next call; used as
+``with set_mesh(mesh):`` the block's exit restores the mesh that was ambient
+when ``set_mesh`` was called (blocks nest; another thread sees its own
+value, ``None`` until it sets one). ``set_mesh(None)`` clears it. Each
+backend's ``set_mesh`` wraps this one (the JAX reference also calls
+``jax.set_mesh`` on the JAX mesh).
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
+from typing import Any
 
+from parity.axis_types import AxisType
 from parity.errors import LayoutError
 from parity.layout import TensorLayout
 from parity.mesh import DeviceMesh
 from parity.partition_spec import PartitionSpec
 
 
-class _Stack(threading.local):
+class _State(threading.local):
     def __init__(self) -> None:
-        self.meshes: list[DeviceMesh] = []
+        self.mesh: DeviceMesh | None = None
 
 
-_stack = _Stack()
+_state = _State()
 
 
-@contextlib.contextmanager
-def set_mesh(mesh: DeviceMesh) -> Iterator[DeviceMesh]:
-    """Make ``mesh`` this thread's ambient mesh inside the ``with`` block.
-
-    Raises ``LayoutError`` when ``mesh`` is not a ``parity.DeviceMesh``.
-    """
+def check_mesh(mesh: object) -> DeviceMesh | None:
+    """``mesh`` if ``set_mesh`` can take it: a ``parity.DeviceMesh`` without
+    Manual axes, or ``None``. Raises ``LayoutError`` otherwise (a Manual
+    axis: JAX's ``set_mesh`` refuses it too; ``shard_map`` makes axes
+    Manual)."""
+    if mesh is None:
+        return None
     if not isinstance(mesh, DeviceMesh):
         raise LayoutError(
-            f"set_mesh needs a parity.DeviceMesh, got {type(mesh).__name__}: {mesh!r}. "
+            f"set_mesh needs a parity.DeviceMesh or None, got {type(mesh).__name__}: {mesh!r}. "
             "Fix: parity.make_mesh(shape, names) or parity.DeviceMesh(...).",
             what="mesh", value=mesh)
-    _stack.meshes.append(mesh)
-    try:
-        yield mesh
-    finally:
-        _stack.meshes.pop()
+    manual = mesh.axes_of_type(AxisType.Manual)
+    if manual:
+        raise LayoutError(
+            f"set_mesh: {mesh} has Manual axes {manual}; JAX's set_mesh refuses them too. "
+            "Fix: make those axes Explicit or Auto; shard_map makes axes Manual inside its body.",
+            what="mesh", value=mesh)
+    return mesh
+
+
+class set_mesh:
+    """Make ``mesh`` this thread's ambient mesh, as ``jax.set_mesh`` does:
+    a plain call sets it (until the next call; ``set_mesh(None)`` clears
+    it); ``with set_mesh(mesh):`` sets it for the block and restores, on
+    exit, the mesh that was ambient before the call. ``__enter__`` gives
+    ``mesh``.
+
+    Raises ``LayoutError`` for a value that is not a ``parity.DeviceMesh``
+    or ``None``, and for a mesh with Manual axes.
+    """
+
+    __slots__ = ("mesh", "_previous")
+
+    def __init__(self, mesh: DeviceMesh | None) -> None:
+        self.mesh = check_mesh(mesh)
+        self._previous = _state.mesh
+        _state.mesh = self.mesh
+
+    def __enter__(self) -> DeviceMesh | None:
+        return self.mesh
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.mesh = self._previous
 
 
 def get_mesh() -> DeviceMesh | None:
-    """This thread's innermost ambient mesh, or ``None``."""
-    return _stack.meshes[-1] if _stack.meshes else None
+    """This thread's ambient mesh, or ``None``."""
+    return _state.mesh
 
 
 def to_layout(spec_or_layout: object, ndim: int, what: str) -> TensorLayout:
@@ -68,8 +99,9 @@ def to_layout(spec_or_layout: object, ndim: int, what: str) -> TensorLayout:
         mesh = get_mesh()
         if mesh is None:
             raise LayoutError(
-                f"{what}: {spec_or_layout!r} needs an ambient mesh. Fix: run inside "
-                "`with backend.set_mesh(mesh):`, or pass parity.TensorLayout(axes, mesh).",
+                f"{what}: {spec_or_layout!r} needs an ambient mesh. Fix: call "
+                "backend.set_mesh(mesh) (or run inside `with backend.set_mesh(mesh):`), or pass "
+                "parity.TensorLayout(axes, mesh).",
                 what=what, value=spec_or_layout)
         return TensorLayout.from_spec(spec_or_layout.spec_for(ndim), mesh)
     raise LayoutError(
@@ -109,7 +141,7 @@ def mesh_for_spec(spec: PartitionSpec, own: DeviceMesh | None, what: str) -> Dev
     mesh = ambient if ambient is not None else own
     if mesh is None:
         raise LayoutError(
-            f"{what}: {spec!r} needs an ambient mesh. Fix: run inside "
-            "`with backend.set_mesh(mesh):`, or give the map a device_mesh.",
+            f"{what}: {spec!r} needs an ambient mesh. Fix: call backend.set_mesh(mesh) "
+            "(or run inside `with backend.set_mesh(mesh):`), or give the map a device_mesh.",
             what=what, value=spec)
     return mesh

@@ -18,49 +18,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Union
 
 from parity.errors import IndivisibleError, LayoutError
 from parity.mesh import DeviceMesh
+from parity.partition_spec import PartitionSpec
 
-AxisEntry = Union[None, str, tuple[str, ...]]
-Spec = tuple[tuple[str, ...], ...]
+# the spec-entry helpers live in a module below this one and partition_spec
+# (which imports no layout); re-exported here for existing callers
+from parity.spec_entries import AxisEntry, Spec, entry_from_names, normalize_entry
 
-
-def normalize_entry(entry: object) -> tuple[str, ...]:
-    """``None`` -> ``()``, ``"a"`` -> ``("a",)``, ``["a", "b"]`` -> ``("a", "b")``.
-
-    Raises ``LayoutError`` for anything else (numbers, empty names).
-    """
-    if entry is None:
-        return ()
-    if isinstance(entry, str):
-        names: tuple[object, ...] = (entry,)
-    elif isinstance(entry, (tuple, list)):
-        names = tuple(entry)
-    else:
-        raise LayoutError(
-            f"Layout entry {entry!r} is not None, a mesh axis name or a tuple of "
-            "names. Fix: write e.g. None, 'model' or ('data', 'model').",
-            what="layout entry", value=entry,
-        )
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise LayoutError(
-                f"Layout entry {entry!r} holds {name!r}, which is not a mesh "
-                "axis name (a non-empty string).",
-                what="layout entry", value=entry,
-            )
-    return names  # type: ignore[return-value]
-
-
-def entry_from_names(names: tuple[str, ...]) -> AxisEntry:
-    """Inverse of ``normalize_entry``: ``()`` -> None, one name -> str."""
-    if not names:
-        return None
-    if len(names) == 1:
-        return names[0]
-    return tuple(names)
+__all__ = ["AxisEntry", "Spec", "TensorLayout", "entry_from_names", "mesh_coords",
+           "normalize_entry", "spec_without_axis"]
 
 
 class TensorLayout:
@@ -70,20 +38,41 @@ class TensorLayout:
     mesh = parity.DeviceMesh((2, 4), ("data", "model"))
     layout = parity.TensorLayout(("data", None), mesh)       # rows over data
     both = parity.TensorLayout((("data", "model"),), mesh)   # 8-way, data major
+    same = parity.TensorLayout(parity.P("data", None), mesh) # JAX's NamedSharding(mesh, P(...))
     ```
+
+    ``axes`` may be a ``parity.P``: its entries, one per dim (a ``P``
+    shorter than the array's rank makes a layout of that shorter rank).
 
     Immutable: setting an attribute raises ``AttributeError``
     (``with_mesh`` gives a new layout).
 
-    Raises ``LayoutError`` for a malformed entry, a mesh axis used twice, or
-    (with a mesh) an axis the mesh does not have.
+    Raises ``LayoutError`` for a malformed entry, a mesh axis used twice,
+    (with a mesh) an axis the mesh does not have, a ``device_mesh`` that is
+    not a ``parity.DeviceMesh``, and a ``P`` with ``unreduced=``.
     """
 
     __slots__ = ("_axes", "_spec", "_device_mesh")
 
     def __init__(
-        self, axes: Sequence[AxisEntry], device_mesh: DeviceMesh | None = None
+        self, axes: Sequence[AxisEntry] | "PartitionSpec", device_mesh: DeviceMesh | None = None
     ) -> None:
+        if device_mesh is not None and not isinstance(device_mesh, DeviceMesh):
+            raise LayoutError(
+                f"TensorLayout device_mesh must be a parity.DeviceMesh or None; got "
+                f"{type(device_mesh).__name__}: {device_mesh!r}. Fix: "
+                "parity.make_mesh(shape, names) or parity.DeviceMesh(shape, names).",
+                what="device_mesh", value=device_mesh,
+            )
+        if isinstance(axes, PartitionSpec):
+            if axes.unreduced:
+                raise LayoutError(
+                    f"TensorLayout({axes!r}): unreduced= types a pending sum, not a layout. "
+                    "Fix: leave unreduced= out, or use backend.device_put / backend.reshard "
+                    "with that P to make an unreduced value.",
+                    what="unreduced", value=axes,
+                )
+            axes = axes.entries
         if isinstance(axes, str):
             raise LayoutError(
                 f"TensorLayout axes must be a sequence, one entry per dim; got the "
@@ -181,10 +170,21 @@ class TensorLayout:
     def check_shape(self, shape: Sequence[int]) -> None:
         """Check that this layout can shard a tensor of ``shape``.
 
-        Raises ``LayoutError`` on a rank mismatch and ``ShardingError`` when a
+        Raises ``LayoutError`` for a ``shape`` that is not a sequence of
+        non-negative ints, on a rank mismatch, and ``ShardingError`` when a
         dim does not divide by its shard count (JAX refuses those arrays).
         """
-        shape = tuple(int(s) for s in shape)
+        try:  # a string or bytes iterates, but is no shape
+            dims = None if isinstance(shape, (str, bytes)) else tuple(int(s) for s in shape)
+        except (TypeError, ValueError, OverflowError):
+            dims = None
+        if dims is None or any(d < 0 for d in dims):
+            raise LayoutError(
+                f"Layout {self._axes}: shape={shape!r} is not a sequence of non-negative "
+                "ints. Fix: pass the tensor's shape, e.g. (8, 8).",
+                what="shape", value=shape,
+            )
+        shape = dims
         if len(shape) != self.rank:
             raise LayoutError(
                 f"Layout {self._axes} has {self.rank} entries but the tensor has "

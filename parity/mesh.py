@@ -16,7 +16,15 @@ from parity.errors import LayoutError
 
 
 def _is_sequence(value: object) -> bool:
-    return isinstance(value, (tuple, list, np.ndarray))
+    if isinstance(value, np.ndarray):
+        return value.ndim == 1  # a 0-d or 2-d array is no list of sizes or names
+    return isinstance(value, (tuple, list))
+
+
+def _is_device_sequence(value: object) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.ndim > 0
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
 
 
 class DeviceMesh:
@@ -38,7 +46,8 @@ class DeviceMesh:
     as in JAX). ``parity.make_mesh`` defaults to ``Explicit``.
 
     Raises ``LayoutError`` for an empty shape or empty names, a length
-    mismatch, repeated names, a device count other than ``prod(shape)``, or
+    mismatch, repeated names, ``devices`` that is not a sequence, a device
+    count other than ``prod(shape)``, or
     ``axis_types`` that are not one axis type per axis.
     """
 
@@ -62,7 +71,7 @@ class DeviceMesh:
                 f"shape must be a sequence of ints; got {shape!r}. Fix: e.g. shape=(2, 4).",
                 what="shape", value=shape,
             )
-        if not shape or not axis_names:
+        if len(shape) == 0 or len(axis_names) == 0:  # len: a numpy array has no truth value
             raise LayoutError(
                 "Shape and axis_names cannot be empty. Received: "
                 f"shape={shape}, axis_names={axis_names}",
@@ -95,6 +104,12 @@ class DeviceMesh:
             from parity.backends import active_backend
 
             devices = active_backend().list_devices()
+        elif not _is_device_sequence(devices):
+            raise LayoutError(
+                f"devices must be a sequence (or numpy array) of devices; got {devices!r}. "
+                "Fix: e.g. devices=parity.backend('torch').list_devices(), or omit it.",
+                what="devices", value=devices,
+            )
         devices = np.array(devices, dtype=object)
         if int(np.prod(shape)) != int(np.prod(devices.shape)):
             raise LayoutError(
@@ -160,8 +175,9 @@ class DeviceMesh:
         return self._shape[self.axis_index(name)]
 
     def axis_index(self, name: str) -> int:
-        """Position of mesh axis ``name``; ``LayoutError`` if it is not an axis."""
-        if name not in self._axis_names:
+        """Position of mesh axis ``name``; ``LayoutError`` if it is not an axis
+        (or not a string)."""
+        if not isinstance(name, str) or name not in self._axis_names:
             raise LayoutError(
                 f"Mesh axis {name!r} is not in the mesh; its axes are "
                 f"{self._axis_names} with shape {self._shape}.",

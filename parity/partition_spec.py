@@ -1,8 +1,10 @@
 """``PartitionSpec`` (``P``): a layout without a mesh, as JAX writes it.
 
 ``P("data", None)`` is the layout ``("data", None)`` on the *ambient* mesh
-(the innermost ``backend.set_mesh(mesh)``); it may be shorter than the
-array's rank (missing trailing entries are replicated), as in JAX.
+(``backend.set_mesh(mesh)``, called or as a ``with`` block); it may be
+shorter than the array's rank (missing trailing entries are replicated), as
+in JAX. ``parity.TensorLayout(P(...), mesh)`` binds it to ``mesh`` instead
+(JAX's ``NamedSharding(mesh, P(...))``).
 
 ```python
 with torch_impl.set_mesh(mesh):
@@ -18,7 +20,7 @@ of it, and a contraction's ``out_sharding=`` keeps its sum pending. JAX's
 from __future__ import annotations
 
 from parity.errors import LayoutError, UnsupportedOpError
-from parity.layout import AxisEntry, Spec, entry_from_names, normalize_entry
+from parity.spec_entries import AxisEntry, Spec, entry_from_names, normalize_entry
 
 
 class PartitionSpec:

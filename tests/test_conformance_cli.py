@@ -165,7 +165,37 @@ def test_an_out_dir_that_is_a_file_is_refused_by_conformance(tmp_path, capsys):
     notes.write_text("mine")
     assert main(["conformance", "--op", "neg", "--out-dir", str(notes)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "which is a file, not a directory" in err and len(err.splitlines()) == 1, err
+    # names the value passed, not a path derived from it (notes.txt/summary.json)
+    assert f"--out-dir {str(notes)!r} is a file, not a directory" in err, err
+    assert "summary.json" not in err and len(err.splitlines()) == 1, err
+    assert notes.read_text() == "mine"
+
+
+def test_an_out_dir_under_a_file_names_the_value_passed(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    out_dir = notes / "reports"
+    assert main(["conformance", "--op", "neg", "--out-dir", str(out_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--out-dir {str(out_dir)!r} lies under {str(notes)!r}" in err, err
+    assert "summary.json" not in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", "--backend", "jax", "--op", "neg", "--out", ""], "--out '' is empty"),
+    (["conformance", "--op", "neg", "--out-dir", ""], "--out-dir '' is empty"),
+    (["run", "--backend", "jax", "--op", "neg", "--out", "{tmp}/r.json", "--mesh", ""],
+     "--mesh '' is not a mesh shape"),
+    (["compare", "{tmp}/a.json", "{tmp}/b.json", "--json", ""], "--json '' is empty"),
+    (["--bogus", "run"], "'--bogus' comes before a command"),
+])
+def test_an_empty_or_misplaced_value_is_refused_not_ignored(argv, says, tmp_path, capsys):
+    # an empty --mesh once selected every case and ran the whole catalogue;
+    # an empty --out named '.', an empty --json was taken for "not given"
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_unknown_op_in_a_case_file_suggests_the_closest_names_not_the_list(tmp_path, capsys):

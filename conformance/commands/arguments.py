@@ -70,7 +70,7 @@ def load_selected_cases(selection: Selection) -> list[Case]:
     ``--mesh``, an unknown ``--op`` (naming the closest ops), a malformed
     case file, ids repeated across files, or a selection that matches no case."""
     default_mesh = None
-    if selection.mesh:
+    if selection.mesh is not None:  # "" too: an empty --mesh is refused, never ignored
         shape = parse_mesh(selection.mesh)
         default_mesh = (shape, DEFAULT_AXIS_NAMES.get(len(shape),
                                                       tuple(f"axis{i}" for i in range(len(shape)))))
@@ -100,22 +100,50 @@ def load_selected_cases(selection: Selection) -> list[Case]:
 
 
 def check_writable(path: str | Path, flag: str) -> None:
-    """Raise ``UsageError`` naming ``path`` unless a file can be written there:
-    ``path`` is an existing directory, a folder on its way is a regular file,
-    or the folder cannot be created or written. Called before any case runs."""
+    """Raise ``UsageError`` naming ``path`` (as given) unless a file can be
+    written there: ``path`` is empty or an existing directory, a folder on
+    its way is a regular file, or the folder cannot be created or written.
+    Called before any case runs."""
+    given = str(path)
+    if not given:
+        raise UsageError(f"{flag} {given!r} is empty; name a file, e.g. {flag} 'report.json'")
     path = Path(path)
     if path.is_dir():
-        raise UsageError(f"{flag} {str(path)!r} is a directory; name a file in it, e.g. "
+        raise UsageError(f"{flag} {given!r} is a directory; name a file in it, e.g. "
                          f"{flag} {str(path / 'report.json')!r}")
+    _check_parents(path, given, flag)
+    _probe_write(path.parent, given, flag, f".{path.name}.probe")
+
+
+def check_writable_dir(path: str | Path, flag: str) -> None:
+    """Raise ``UsageError`` naming ``path`` (as given, never a file under it)
+    unless reports can be written in it: ``path`` is empty or a regular
+    file, a folder on its way is a regular file, or it cannot be created or
+    written. Called before any case runs."""
+    given = str(path)
+    if not given:
+        raise UsageError(f"{flag} {given!r} is empty; name a directory, e.g. {flag} reports")
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {given!r} is a file, not a directory; name a directory, "
+                         f"e.g. {flag} {str(path.parent / 'reports')!r}")
+    _check_parents(path, given, flag)
+    _probe_write(path, given, flag, ".parity.probe")
+
+
+def _check_parents(path: Path, given: str, flag: str) -> None:
     for parent in path.parents:
         if parent.exists() and not parent.is_dir():
-            raise UsageError(f"{flag} {str(path)!r} lies under {str(parent)!r}, which is a "
+            raise UsageError(f"{flag} {given!r} lies under {str(parent)!r}, which is a "
                              "file, not a directory; choose a path under a directory")
+
+
+def _probe_write(folder: Path, given: str, flag: str, probe_name: str) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.parent / f".{path.name}.probe"
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / probe_name
         probe.write_text("")
         probe.unlink()
     except OSError as err:
-        raise UsageError(f"{flag} {str(path)!r} cannot be written: "
+        raise UsageError(f"{flag} {given!r} cannot be written: "
                          f"{err.strerror or err}") from None

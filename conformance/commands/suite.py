@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
-from conformance.commands.arguments import Selection, check_writable, load_selected_cases
+from conformance.commands.arguments import Selection, check_writable_dir, load_selected_cases
 from conformance.records.entries import Comparison
 from conformance.reports.compare import HOLDS, compare_reports
 from conformance.reports.compiled import compiled_vs_eager
@@ -83,7 +83,7 @@ def run_suite(args: argparse.Namespace) -> int:
 
 def _run_suite(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
-    check_writable(out_dir / "summary.json", "--out-dir")
+    check_writable_dir(args.out_dir, "--out-dir")
     selection = Selection.from_args(args)
     total = len(load_selected_cases(selection))
     console = Console(stderr=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 
+from parity.arg_checks import check_device_type
 from parity.errors import LayoutError, ParityError
 
 # After simulate(), list_devices() without a type means the simulated CPU
@@ -66,8 +67,8 @@ def simulate(n: int = 8) -> None:
     _default_device_type = "cpu"
 
 
-def _jax_devices(device_type: str | None) -> list[Any]:
-    kind = device_type.lower() if device_type else _default_device_type
+def _jax_devices(device_type: str | None, what: str) -> list[Any]:
+    kind = check_device_type(device_type, what) or _default_device_type
     try:
         return jax.devices(kind)
     except RuntimeError as err:
@@ -79,14 +80,15 @@ def list_devices(device_type: str | None = None) -> list[str]:
 
     ``device_type`` ("cpu", "gpu", "tpu") picks a platform; without it, the
     simulated CPU devices after ``simulate``, else JAX's default platform.
-    Starts JAX's backend. Raises ``ParityError`` for a platform JAX lacks.
+    Starts JAX's backend. Raises ``ParityError`` for a platform JAX lacks
+    and for a ``device_type`` that is not a string.
     """
-    return [device_name(d) for d in _jax_devices(device_type)]
+    return [device_name(d) for d in _jax_devices(device_type, "list_devices")]
 
 
 def get_device_count(device_type: str | None = None) -> int:
     """``len(list_devices(device_type))``; raises like ``list_devices``."""
-    return len(_jax_devices(device_type))
+    return len(_jax_devices(device_type, "get_device_count"))
 
 
 def device_name(device: Any) -> str:

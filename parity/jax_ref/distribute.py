@@ -15,13 +15,14 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from parity import ambient
+from parity.arg_checks import check_device_index, numeric_host
 from parity.errors import DonatedArrayError, ParityError
 from parity.jax_ref.meshes import require_layout, to_named_sharding
 
 
-def _as_value(x: Any) -> Any:
+def _as_value(x: Any, what: str, arg: str) -> Any:
     # A Python list would be a pytree of scalars to device_put; make it one array.
-    return x if isinstance(x, jax.Array) else np.asarray(x)
+    return x if isinstance(x, jax.Array) else numeric_host(x, what, arg)
 
 
 def distribute_tensor(x: Any, layout: Any, *, axis_types: str = "explicit") -> jax.Array:
@@ -33,7 +34,7 @@ def distribute_tensor(x: Any, layout: Any, *, axis_types: str = "explicit") -> j
     ambient mesh, rank mismatch), ``ShardingError`` (a dim that does not
     divide by its shard count).
     """
-    value = _as_value(x)
+    value = _as_value(x, "distribute_tensor", "x")
     layout = require_layout(ambient.resolve(layout, np.ndim(value), "distribute_tensor"))
     layout.check_shape(value.shape)
     return jax.device_put(value, to_named_sharding(layout, axis_types))
@@ -65,7 +66,7 @@ def distribute_data_input(
     layout = require_layout(layout)
     if batch_dim_name is not None:
         layout.device_mesh.axis_index(batch_dim_name)
-    value = _as_value(per_process_batch)
+    value = _as_value(per_process_batch, "distribute_data_input", "per_process_batch")
     if jax.process_count() == 1 or len(value.shape) != layout.rank:
         layout.check_shape(value.shape)
     return jax.make_array_from_process_local_data(
@@ -110,7 +111,8 @@ def to_numpy(x: Any) -> np.ndarray:
     """The whole global array as numpy, gathered from every process if needed.
 
     Host data is converted as it is. Raises ``DonatedArrayError`` for a
-    donated (deleted) array.
+    donated (deleted) array and ``ParityError`` for a value that is not
+    numeric array data (``None``, a string, an object array).
     """
     if isinstance(x, jax.Array) and x.is_deleted():
         require_distributed(x, "to_numpy")  # raises DonatedArrayError
@@ -118,22 +120,20 @@ def to_numpy(x: Any) -> np.ndarray:
         from jax.experimental import multihost_utils
 
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(x)
+    if isinstance(x, jax.Array):
+        return np.asarray(x)
+    return numeric_host(x, "to_numpy", "x")
 
 
 def local_block(x: Any, device_index: int) -> np.ndarray:
     """The block device ``device_index`` (``mesh.devices.flat[i]``) holds.
 
-    Raises ``ParityError`` when ``x`` is not distributed, the index is out of
-    range, or another process holds that device.
+    Raises ``ParityError`` when ``x`` is not distributed, the index is not
+    an int in range, or another process holds that device.
     """
     x = require_distributed(x, "local_block")
     devices = list(x.sharding.mesh.devices.flat)
-    if not 0 <= device_index < len(devices):
-        raise ParityError(
-            f"device_index={device_index} is out of range for a mesh of "
-            f"{len(devices)} devices."
-        )
+    device_index = check_device_index(device_index, len(devices), "local_block")
     for shard in x.addressable_shards:
         if shard.device == devices[device_index]:
             return np.asarray(shard.data)

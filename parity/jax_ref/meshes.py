@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from parity.arg_checks import as_parity_mesh, shown
 from parity.errors import LayoutError, ParityError
 from parity.layout import Spec, TensorLayout, entry_from_names
 from parity.jax_ref.devices import device_name, to_jax_device
@@ -55,6 +56,8 @@ def to_jax_mesh(mesh: DeviceMesh, axis_types: str | None = "explicit") -> Mesh:
     Raises ``LayoutError`` for a device JAX does not have and
     ``ParityError`` for ``axis_types`` other than "explicit" or "auto".
     """
+    if not isinstance(mesh, DeviceMesh):
+        mesh = as_parity_mesh(mesh, "to_jax_mesh", "mesh")
     key = (mesh, _axis_type(axis_types))
     with _lock:
         found = _mesh_cache.get(key)
@@ -73,7 +76,12 @@ def to_jax_mesh(mesh: DeviceMesh, axis_types: str | None = "explicit") -> Mesh:
 
 
 def to_parity_mesh(mesh: Mesh) -> DeviceMesh:
-    """The ``DeviceMesh`` of a ``jax.sharding.Mesh`` (devices by name)."""
+    """The ``DeviceMesh`` of a ``jax.sharding.Mesh`` (devices by name).
+    Raises ``LayoutError`` naming ``mesh`` when it is not a JAX ``Mesh``."""
+    if not isinstance(mesh, Mesh):
+        raise LayoutError(
+            f"to_parity_mesh: mesh={shown(mesh)} is not a jax.sharding.Mesh. Fix: pass a "
+            "JAX mesh (jax_ref.to_jax_mesh(parity_mesh) makes one).", what="mesh", value=mesh)
     names = [device_name(d) for d in mesh.devices.flat]
     return DeviceMesh(tuple(mesh.devices.shape), tuple(mesh.axis_names), names)
 
@@ -134,8 +142,9 @@ def to_named_sharding(layout: TensorLayout, axis_types: str | None = "explicit")
 
 
 def _to_backend_mesh(device_mesh: DeviceMesh) -> Mesh:
-    """Keras's name for ``to_jax_mesh`` (explicit axes)."""
-    return to_jax_mesh(device_mesh)
+    """Keras's name for ``to_jax_mesh`` (explicit axes). Raises
+    ``LayoutError`` for anything that is not a parity or Keras ``DeviceMesh``."""
+    return to_jax_mesh(as_parity_mesh(device_mesh, "_to_backend_mesh"))
 
 
 def _to_backend_layout(tensor_layout: TensorLayout) -> NamedSharding:

@@ -345,14 +345,14 @@ def derive(model: Any, mesh: Any, *, batch_axis: str | None = "batch",
     """
     sizes = _mesh_sizes(mesh)
     for label, axis in (("model_axis", model_axis), ("batch_axis", batch_axis)):
-        if axis is not None and axis not in sizes:
+        if axis is not None and (not isinstance(axis, str) or axis not in sizes):
             raise LayoutError(
                 f"layout_map_for: {label}={axis!r} is not an axis of the mesh "
                 f"{tuple(sizes)}. Fix: pass {label}= one of {tuple(sizes)}"
                 + (" or None." if label == "batch_axis" else "."),
                 what=label, value=axis,
             )
-    if convention not in CONVENTIONS:
+    if not isinstance(convention, str) or convention not in CONVENTIONS:
         raise LayoutError(
             f"layout_map_for: convention={convention!r} is not one of {CONVENTIONS}.",
             what="convention", value=convention,

@@ -114,9 +114,21 @@ def report(model: Any, layout_map: Any, *, large_bytes: int = 1 << 20) -> Layout
     variables counts each).
 
     Raises ``ValueError`` when a variable's path matches several keys (as
-    Keras does) or a layout names an axis the map's mesh does not have.
+    Keras does) or a layout names an axis the map's mesh does not have;
+    ``TypeError`` naming the value when ``model`` has no ``weights`` or
+    ``layout_map`` is not a ``LayoutMap`` over a mesh, or ``large_bytes`` is
+    not an int.
     """
-    mesh = layout_map.device_mesh
+    mesh = getattr(layout_map, "device_mesh", None)
+    if mesh is None or not hasattr(layout_map, "keys") or not hasattr(mesh, "axis_names"):
+        raise TypeError(f"report: layout_map must be a keras.distribution.LayoutMap over a "
+                        f"DeviceMesh; got layout_map={layout_map!r}.")
+    if not hasattr(model, "weights"):
+        raise TypeError(f"report: model must be a Keras model (with weights); got "
+                        f"model={model!r}.")
+    if isinstance(large_bytes, bool) or not isinstance(large_bytes, int):
+        raise TypeError(f"report: large_bytes must be an int (bytes); got "
+                        f"large_bytes={large_bytes!r}.")
     sizes = dict(zip(tuple(mesh.axis_names), (int(s) for s in mesh.shape)))
     rows = []
     for v in model.weights:

@@ -5,10 +5,20 @@
 Every rank keeps only its own block: a host array is sliced per rank (the
 slice is copied, so no rank keeps the whole array), exactly as
 ``jax.device_put`` from the host does.
+
+Floating host data (numpy arrays and scalars, Python lists and scalars)
+arrives in JAX's dtypes with 64-bit types off, JAX's default: float64 ->
+float32, complex128 -> complex64. ``JAX_ENABLE_X64=1`` in the environment
+(JAX's own switch, read at each call here) keeps 64 bits. Integers keep
+their width: torch's index ops (``gather``, ``tensor_split``, a loss's
+targets) require int64 where JAX would hold int32, and narrowing would wrap
+values past int32 silently. A torch tensor or DTensor keeps the dtype it
+has.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -16,6 +26,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from parity import ambient
+from parity.arg_checks import check_device_index, numeric_host
 from parity.errors import MeshMismatchError, ParityError
 from parity.layout import TensorLayout
 from parity.torch_impl.runtime import devices, state
@@ -34,6 +45,45 @@ from parity.torch_impl.collectives.redistribute import merged, resolve_pending
 from parity.torch_impl.layouts.specs import blocks_of, placements_for
 
 
+# JAX's canonical floating dtypes with 64-bit types off
+# (jax.dtypes.canonicalize_dtype); integers keep their width (module doc).
+_NARROW = {np.dtype(np.float64): np.dtype(np.float32),
+           np.dtype(np.complex128): np.dtype(np.complex64)}
+_TRUE, _FALSE = ("y", "yes", "t", "true", "on", "1"), ("n", "no", "f", "false", "off", "0")
+
+
+def x64_enabled() -> bool:
+    """Whether host data keeps 64-bit dtypes: the environment variable
+    ``JAX_ENABLE_X64``, read as JAX reads it (``1``/``true``/``yes``/``on``...
+    or ``0``/``false``/``no``/``off``..., any case; unset: off).
+
+    Raises ``ParityError`` for any other value, naming it.
+    """
+    value = os.environ.get("JAX_ENABLE_X64", "0").lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ParityError(
+        f"JAX_ENABLE_X64={os.environ['JAX_ENABLE_X64']!r} is not a truth value. Fix: set it "
+        f"to one of {_TRUE} (keep 64-bit host data) or {_FALSE} (JAX's default), or unset it.")
+
+
+def host_value(x: Any) -> Any:
+    """``x`` with JAX's dtype for floating host data (float64 -> float32,
+    complex128 -> complex64) unless
+    ``x64_enabled()``; a torch tensor, and anything numpy cannot convert
+    (``as_host_tensor`` reports it), as given."""
+    if isinstance(x, torch.Tensor) or x64_enabled():
+        return x
+    try:
+        array = np.asarray(x)
+    except Exception:  # noqa: BLE001 - as_host_tensor raises the typed error
+        return x
+    narrow = _NARROW.get(array.dtype)
+    return x if narrow is None else array.astype(narrow)
+
+
 def _mesh_position(layout: TensorLayout) -> dict[int, int]:
     """torch rank -> device index (position in ``mesh.devices.flat``)."""
     mesh = layout.require_mesh()
@@ -48,7 +98,9 @@ def _block(host: torch.Tensor, bounds: tuple[tuple[int, int], ...]) -> torch.Ten
 def distribute_tensor(x: Any, layout: Any) -> DTensor:
     """``x`` laid out as ``layout`` (a ``TensorLayout``, or a ``parity.P``
     on the ambient mesh): host data is sliced per rank, a DTensor is
-    resharded (through DTensor's differentiable ``redistribute``).
+    resharded (through DTensor's differentiable ``redistribute``). Host
+    data gets JAX's 32-bit dtypes unless ``JAX_ENABLE_X64`` is set
+    (``host_value``); a torch tensor keeps its dtype.
 
     Raises ``LayoutError`` (no mesh -- for a ``P`` no ambient mesh --, rank
     mismatch, unknown axis), ``ShardingError`` (indivisible dim, another
@@ -74,7 +126,7 @@ def distribute_tensor(x: Any, layout: Any) -> DTensor:
         x = resolve_pending(x)
         # one collective, not one per mesh axis (redistribute.merged)
         return merged(x, placements_for(layout.spec, torch_mesh))
-    host = as_host_tensor(x)
+    host = as_host_tensor(host_value(x))
     layout.check_shape(host.shape)
     shards = layout.shards(host.shape)
     position = _mesh_position(layout)
@@ -118,7 +170,8 @@ def distribute_data_input(
         return distribute_tensor(per_process_batch, layout)
     if isinstance(per_process_batch, DTensor):
         raise ParityError("distribute_data_input expects host data, got a DTensor.")
-    local = as_host_tensor(per_process_batch)
+    local = as_host_tensor(host_value(per_process_batch), "distribute_data_input",
+                           "per_process_batch")
     if local.ndim != layout.rank:
         layout.check_shape(local.shape)  # raises the rank mismatch
     global_shape = global_shape_from_local(local.shape, layout.spec, mesh.shape, mesh.axis_names)
@@ -129,7 +182,8 @@ def to_numpy(x: Any) -> np.ndarray:
     """The whole global array as numpy (never only a local block).
 
     Pending reductions are completed first. Plain tensors and arrays are
-    converted as they are.
+    converted as they are. Raises ``ParityError`` for a value that is not
+    numeric array data (``None``, a string, an object array).
     """
     if isinstance(x, DTensor):
         check_not_donated(x)
@@ -143,17 +197,20 @@ def to_numpy(x: Any) -> np.ndarray:
 
             return x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
         return x.numpy()
-    return np.asarray(x)
+    return numeric_host(x, "to_numpy", "x")
 
 
 def local_block(x: DTensor, device_index: int) -> torch.Tensor:
     """The block that device ``device_index`` holds (simulated mode, or this
     process's own device in multi-process mode).
 
-    Raises ``ParityError`` for a device another process holds.
+    Raises ``ParityError`` for an index that is not an int in range and for
+    a device another process holds.
     """
     x = require_dtensor(x, "local_block")
-    rank = int(x.device_mesh.mesh.flatten()[device_index])
+    flat = x.device_mesh.mesh.flatten()
+    device_index = check_device_index(device_index, flat.numel(), "local_block")
+    rank = int(flat[device_index])
     local = x.to_local()
     local_tensors = getattr(local, "_local_tensors", None)
     if local_tensors is not None:

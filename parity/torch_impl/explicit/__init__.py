@@ -1,4 +1,4 @@
-"""JAX's explicit-sharding model on DTensor (issue 26).
+"""JAX's explicit-sharding model on DTensor.
 
 * ``api``: ``set_mesh``, ``device_put``, ``typeof``, ``reshard``,
   ``with_sharding_constraint``; ``axis_scope``: ``auto_axes``,

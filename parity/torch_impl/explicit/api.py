@@ -3,7 +3,7 @@
 
 | parity (``torch_impl.``)     | JAX                                  | on DTensor                     |
 |------------------------------|--------------------------------------|--------------------------------|
-| ``set_mesh(mesh)``           | ``jax.set_mesh``                     | parity's ambient mesh          |
+| ``set_mesh(mesh)``           | ``jax.set_mesh`` (call or ``with``)  | parity's ambient mesh          |
 | ``device_put(x, P(...))``    | ``jax.device_put(x, P(...))``        | ``distribute_tensor``          |
 | ``typeof(x)``                | ``jax.typeof(x)``                    | a ``parity.ArrayType``         |
 | ``reshard(x, P(...))``       | ``jax.sharding.reshard``             | differentiable ``redistribute``|
@@ -12,9 +12,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -22,6 +20,7 @@ import torch
 from torch.distributed.tensor import DTensor, Partial
 
 from parity import ambient
+from parity.arg_checks import shown
 from parity.array_type import ArrayType, array_type
 from parity.axis_types import AxisType
 from parity.errors import LayoutError, MeshMismatchError, ShardingTypeError, UnsupportedOpError
@@ -39,13 +38,15 @@ from parity.torch_impl.layouts.specs import placements_for, spec_and_pending
 from parity.torch_impl.semantics.unreduced import Unreduced, as_partial, retype, typed, unreduced_axes
 
 
-@contextlib.contextmanager
-def set_mesh(mesh: DeviceMesh) -> Iterator[DeviceMesh]:
-    """``mesh`` is this thread's ambient mesh inside the block (what a
-    ``parity.P`` resolves on); nestable. Raises ``LayoutError`` for a value
-    that is not a ``parity.DeviceMesh``."""
-    with ambient.set_mesh(mesh):
-        yield mesh
+class set_mesh(ambient.set_mesh):
+    """``jax.set_mesh``: a plain call makes ``mesh`` this thread's ambient
+    mesh (what a ``parity.P`` resolves on) until the next call;
+    ``with set_mesh(mesh):`` scopes it to the block and restores the
+    previous one; ``set_mesh(None)`` clears it. Raises ``LayoutError`` for a
+    value that is not a ``parity.DeviceMesh`` or ``None``, and for a mesh
+    with Manual axes."""
+
+    __slots__ = ()
 
 
 def _ndim(x: Any) -> int:
@@ -88,7 +89,7 @@ def typeof(x: Any) -> ArrayType:
         varying = manual.vma_of(x) if scope is not None and scope.check_vma else ()
         return array_type(_dtype_name(x.dtype), tuple(x.shape), ((),) * x.ndim,
                           scope.mesh if scope is not None else None, tuple(varying))
-    raise TypeError(f"typeof needs a tensor; got {type(x).__name__}.")
+    raise TypeError(f"typeof needs a tensor; got x={shown(x)}.")
 
 
 def _layout_for(x: DTensor, spec_or_layout: Any, what: str) -> TensorLayout:

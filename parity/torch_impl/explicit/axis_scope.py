@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from parity import ambient
+from parity.arg_checks import check_axes, check_axes_on_mesh, check_callable
 from parity.axis_types import AxisType
 from parity.errors import LayoutError
 from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
@@ -24,15 +25,16 @@ from parity.torch_impl.semantics import axis_overrides
 
 
 def _scoped(f: Callable, axes: Any, axis_type: AxisType, what: str, before, after) -> Callable:
+    check_callable(f, what)
+    axes = check_axes(axes, what)
+
     @functools.wraps(f)
     def wrapper(*args: Any) -> Any:
         mesh = ambient.get_mesh()
         if mesh is None:
             raise LayoutError(f"{what} needs an ambient mesh: run inside set_mesh(mesh).", what="mesh", value=None)
-        names = mesh.axis_names if axes is None else ((axes,) if isinstance(axes, str)
-                                                      else tuple(axes))
-        for name in names:
-            mesh.axis_index(name)  # LayoutError for an unknown axis
+        names = mesh.axis_names if axes is None else axes
+        check_axes_on_mesh(names, mesh.axis_names, what)
         args = before(args)
         with axis_overrides.overridden({n: axis_type for n in names}):
             out = f(*args)
@@ -56,8 +58,10 @@ def _reshard_all(values: Any, sharding: Any, what: str) -> Any:
 def auto_axes(f: Callable, *, axes: str | tuple[str, ...] | None = None,
               out_sharding: Any = None) -> Callable:
     """``f`` with ``axes`` (default: all) of the ambient mesh Auto inside;
-    its outputs resharded to ``out_sharding``. Raises ``LayoutError`` with
-    no ambient mesh, an unknown axis or no ``out_sharding``."""
+    its outputs resharded to ``out_sharding``. Raises ``TypeError`` for an
+    ``f`` that is not callable, ``LayoutError`` for ``axes`` that are not
+    axis names; when called, with no ambient mesh, an unknown axis or no
+    ``out_sharding``."""
     return _scoped(f, axes, AxisType.Auto, "auto_axes", lambda args: args,
                    lambda out: _reshard_all(out, out_sharding, "auto_axes out_sharding"))
 
@@ -65,9 +69,8 @@ def auto_axes(f: Callable, *, axes: str | tuple[str, ...] | None = None,
 def explicit_axes(f: Callable, *, axes: str | tuple[str, ...] | None = None,
                   in_sharding: Any = None) -> Callable:
     """``f`` with ``axes`` (default: all) of the ambient mesh Explicit
-    inside, its inputs resharded to ``in_sharding`` first. Raises
-    ``LayoutError`` with no ambient mesh, an unknown axis or no
-    ``in_sharding``."""
+    inside, its inputs resharded to ``in_sharding`` first. Raises like
+    ``auto_axes``, for ``in_sharding``."""
     return _scoped(f, axes, AxisType.Explicit, "explicit_axes",
                    lambda args: _reshard_all(args, in_sharding, "explicit_axes in_sharding"),
                    lambda out: out)

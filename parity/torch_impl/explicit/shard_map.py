@@ -33,9 +33,12 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from parity import ambient
+from parity.arg_checks import (broadcast_specs, call_checked, check_axes, check_axes_on_mesh,
+                               check_callable, check_mesh_arg, check_spec_tree,
+                               out_spec_varies, spec_text)
 from parity import sharding_rules as R
 from parity.errors import LayoutError, ShardingTypeError, UnsupportedOpError
-from parity.layout import Spec, TensorLayout, entry_from_names
+from parity.layout import Spec, TensorLayout
 from parity.mesh import DeviceMesh
 from parity.partition_spec import PartitionSpec
 from parity.axis_types import AxisType
@@ -48,10 +51,6 @@ from parity.torch_impl.runtime.torch_compat import tree_flatten, tree_unflatten
 from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
 from parity.torch_impl.collectives.redistribute import resolve_pending
-
-
-def _is_spec(s: Any) -> bool:
-    return isinstance(s, (PartitionSpec, TensorLayout))
 
 
 def _spec_of(s: Any, ndim: int, mesh: DeviceMesh, what: str) -> Spec:
@@ -77,18 +76,10 @@ def _spec_of(s: Any, ndim: int, mesh: DeviceMesh, what: str) -> Spec:
 def _broadcast(specs: Any, values: list, what: str) -> list:
     """One spec per value: ``specs`` is one spec for all, or a matching
     sequence (JAX: a pytree prefix; nested prefixes are not supported)."""
-    if _is_spec(specs):
-        return [specs] * len(values)
-    if isinstance(specs, (tuple, list)) and len(specs) == len(values):
-        return list(specs)
-    raise LayoutError(
-        f"{what}={specs!r} does not match {len(values)} value(s). Fix: one P for all, or "
-        "a tuple with one P per value.",
-        what=what, value=specs)
+    return broadcast_specs(specs, values, "shard_map", what)
 
 
-def _p(spec: Spec) -> str:
-    return "P(" + ", ".join(repr(entry_from_names(n)) for n in spec) + ")"
+_p = spec_text
 
 
 def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out_specs: Any,
@@ -103,16 +94,26 @@ def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out
     output block whose global shape cannot be formed),
     ``ShardingTypeError`` (``check_vma``: ``out_specs`` claims replication
     along an axis the output varies along), ``UnsupportedOpError``
-    (``axis_names`` a strict subset of the mesh axes).
+    (``axis_names`` a strict subset of the mesh axes). Raises at once:
+    ``TypeError`` for an ``f`` that is not callable, ``LayoutError`` for a
+    ``mesh`` that is not a ``parity.DeviceMesh``, specs that are not ``P``s
+    and ``axis_names`` that are not axis names.
     """
+    check_callable(f, "shard_map")
+    check_mesh_arg(mesh, "shard_map")
+    check_spec_tree(in_specs, "shard_map", "in_specs")
+    check_spec_tree(out_specs, "shard_map", "out_specs")
+    names = check_axes(axis_names, "shard_map", "axis_names")
 
     @functools.wraps(f)
     def mapped(*args: Any) -> Any:
         the_mesh = mesh if mesh is not None else ambient.get_mesh()
         if the_mesh is None:
             raise LayoutError("shard_map needs mesh= or an ambient mesh (set_mesh(mesh)).", what="mesh", value=None)
-        manual_axes = the_mesh.axis_names if axis_names is None else tuple(
-            a for a in the_mesh.axis_names if a in set(axis_names))
+        if names is not None:
+            check_axes_on_mesh(names, the_mesh.axis_names, "shard_map", "axis_names")
+        manual_axes = the_mesh.axis_names if names is None else tuple(
+            a for a in the_mesh.axis_names if a in names)
         if set(manual_axes) != set(the_mesh.axis_names):
             raise UnsupportedOpError(
                 f"shard_map(axis_names={axis_names!r}): parity runs a body manual over every "
@@ -142,7 +143,7 @@ def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out
         manual.push(scope)
         try:
             with manual.BodyMode(scope):
-                out = f(*blocks)
+                out = call_checked(f, blocks, "shard_map")
         finally:
             manual.pop()
         outs, tree = tree_flatten(out)
@@ -156,14 +157,8 @@ def shard_map(f: Callable, *, mesh: DeviceMesh | None = None, in_specs: Any, out
             varying = manual.vma_of(block)
             if check_vma and not varying <= named:
                 missing = tuple(a for a in the_mesh.axis_names if a in varying - named)
-                raise_error(
-                    ShardingTypeError,
-                    f"shard_map out_specs[{i}] is {_p(spec)}, which claims the output is "
-                    f"replicated along {missing}, but it varies along them (its type is "
-                    f"varying over {tuple(sorted(varying))}). Fix: name {missing} in "
-                    f"out_specs, or psum/all_gather over {missing} in the body.",
-                    op="shard_map", specs=(spec,),
-                    fix=f"psum(out, {missing!r}) or out_specs naming {missing}")
+                message, fix = out_spec_varies(i, spec, missing, varying)
+                raise_error(ShardingTypeError, message, op="shard_map", specs=(spec,), fix=fix)
             if check_vma and named - varying:
                 # an invariant block laid out along an axis: JAX pvary-s it
                 # (its transpose sums the blocks' cotangents over that axis)

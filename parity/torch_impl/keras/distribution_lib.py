@@ -25,6 +25,7 @@ from torch.distributed.device_mesh import DeviceMesh as TorchMesh
 from torch.distributed.tensor import DTensor
 
 import parity
+from parity.errors import LayoutError
 from parity.torch_impl.arrays import distribute as _dist
 from parity.torch_impl.runtime.rank_results import first_rank_value
 from parity.torch_impl.runtime import devices
@@ -105,24 +106,42 @@ def initialize_rng():
 
 def _to_backend_device(device_name):
     """``"cpu:3"`` -> ``torch.device("cpu")``; ``"gpu:3"`` -> the CUDA device
-    that rank's blocks live on. Raises ``ValueError`` for an unknown device."""
+    that rank's blocks live on.
+
+    Raises ``LayoutError`` (a ``ValueError``, "Device not found" as Keras
+    says it) for an unknown device or a ``device_name`` that is not a string.
+    """
     if isinstance(device_name, torch.device):
         return device_name
-    text = str(device_name)
-    kind, _, index = text.partition(":")
+    if not isinstance(device_name, str):
+        raise LayoutError(
+            f"Device not found: device_name={device_name!r} is not a device name. "
+            "Fix: pass a string such as 'cpu:0' or 'gpu:1' (list_devices() lists them).",
+            what="device_name", value=device_name,
+        )
+    kind, _, index = device_name.partition(":")
     index = index or "0"
     if kind not in ("cpu", "gpu", "cuda") or not index.isdigit():
-        raise ValueError(f"Device not found: {device_name}")
+        raise LayoutError(f"Device not found: {device_name!r}. Fix: a name such as 'cpu:0' "
+                          "or 'gpu:1' (list_devices() lists them).",
+                          what="device_name", value=device_name)
     if kind == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError(f"Device not found: {device_name}")
+        raise LayoutError(f"Device not found: {device_name!r} (no CUDA device is visible).",
+                          what="device_name", value=device_name)
     return torch.device("cuda", int(index) % torch.cuda.device_count())
 
 
 def _parity_mesh(keras_mesh) -> parity.DeviceMesh:
     if isinstance(keras_mesh, parity.DeviceMesh):
         return keras_mesh
+    if any(not hasattr(keras_mesh, a) for a in ("shape", "axis_names", "devices")):
+        raise LayoutError(
+            f"device_mesh must be a keras.distribution.DeviceMesh or a parity.DeviceMesh; "
+            f"got {keras_mesh!r}.",
+            what="device_mesh", value=keras_mesh,
+        )
     return parity.DeviceMesh(
         tuple(keras_mesh.shape), tuple(keras_mesh.axis_names), np.asarray(keras_mesh.devices)
     )
@@ -130,15 +149,25 @@ def _parity_mesh(keras_mesh) -> parity.DeviceMesh:
 
 def _to_backend_mesh(device_mesh):
     """The torch ``DeviceMesh`` of a Keras ``DeviceMesh`` (needs ranks:
-    ``simulate(n)`` or ``initialize()``)."""
+    ``simulate(n)`` or ``initialize()``). Raises ``LayoutError`` for anything
+    that is not a Keras or parity ``DeviceMesh``."""
     return meshes.to_torch_mesh(_parity_mesh(device_mesh))
 
 
 def _to_backend_layout(tensor_layout):
-    """A ``TorchSharding`` for a Keras ``TensorLayout``."""
+    """A ``TorchSharding`` for a Keras ``TensorLayout`` (or a parity one).
+
+    Raises ``LayoutError`` (a ``ValueError``) for a layout without a mesh,
+    and for anything that is not a layout.
+    """
+    if isinstance(tensor_layout, TorchSharding):
+        return tensor_layout
+    _require_layout_like(tensor_layout)
     if tensor_layout.device_mesh is None:
-        raise ValueError(
-            "Cannot create sharding when device mesh is not set for TensorLayout."
+        raise LayoutError(
+            f"Cannot create sharding when device mesh is not set for TensorLayout "
+            f"{tensor_layout!r}. Fix: TensorLayout(axes, device_mesh).",
+            what="device_mesh", value=None,
         )
     layout = _parity_layout(tensor_layout)
     torch_mesh = meshes.to_torch_mesh(layout.require_mesh())
@@ -150,15 +179,29 @@ def _to_backend_layout(tensor_layout):
     )
 
 
+def _require_layout_like(layout) -> None:
+    if isinstance(layout, (TorchSharding, parity.TensorLayout)):
+        return
+    if not hasattr(layout, "axes") or not hasattr(layout, "device_mesh"):
+        raise LayoutError(
+            f"layout must be a keras.distribution.TensorLayout or a parity.TensorLayout; "
+            f"got {layout!r}.",
+            what="layout", value=layout,
+        )
+
+
 def _parity_layout(layout) -> parity.TensorLayout:
     if isinstance(layout, TorchSharding):
         return layout.layout
     if isinstance(layout, parity.TensorLayout):
         return require_layout(layout)
+    _require_layout_like(layout)
     mesh = getattr(layout, "device_mesh", None)
     if mesh is None and getattr(layout, "axes", None) is not None:
-        raise ValueError(
-            "Cannot create sharding when device mesh is not set for TensorLayout."
+        raise LayoutError(
+            f"Cannot create sharding when device mesh is not set for TensorLayout "
+            f"{layout!r}. Fix: TensorLayout(axes, device_mesh).",
+            what="device_mesh", value=None,
         )
     # Kept on the Keras layout (for the axes and mesh it was made from):
     # inside a compiled step dynamo then reads an attribute instead of
@@ -260,7 +303,9 @@ def distribute_data_input(per_process_batch, layout, batch_dim_name=None):
 
 
 def to_numpy(x: Any) -> np.ndarray:
-    """The global value of a DTensor (or Parameter over one) as numpy."""
+    """The global value of a DTensor (or Parameter over one) as numpy.
+
+    Raises as ``parity.torch_impl.to_numpy`` does."""
     if isinstance(x, torch.nn.Parameter) and isinstance(x.data, DTensor):
         x = x.data
     return _dist.to_numpy(x)

@@ -47,6 +47,7 @@ import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.placement_types import Placement
 
+from parity.arg_checks import shown
 from parity.errors import LayoutError
 from parity.layout import Spec
 from parity.torch_impl.runtime.torch_compat import MaskPartial, StridedShard, traced_through
@@ -141,8 +142,16 @@ def _same_shard(a: Placement, b: Placement) -> bool:
 def mesh_axis_names(torch_mesh) -> tuple[str, ...]:
     """The axis names of a torch ``DeviceMesh`` (``dim0``, ``dim1``... if
     unnamed): what a spec names. Here, beside the conversions that read it
-    on every op (``meshes`` re-exports it)."""
-    names = torch_mesh.mesh_dim_names
+    on every op (``meshes`` re-exports it). Raises ``LayoutError`` naming
+    the value when it is not a torch ``DeviceMesh`` (``to_parity_mesh``'s
+    check: a try costs nothing on the way through)."""
+    try:
+        names = torch_mesh.mesh_dim_names
+    except AttributeError:
+        raise LayoutError(
+            f"to_parity_mesh: mesh={shown(torch_mesh)} is not a torch DeviceMesh. Fix: "
+            "pass a torch DeviceMesh (torch_impl.to_torch_mesh(parity_mesh) makes one).",
+            what="mesh", value=torch_mesh) from None
     return tuple(names) if names else tuple(f"dim{i}" for i in range(torch_mesh.ndim))
 
 

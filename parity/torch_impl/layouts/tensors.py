@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
+from parity.arg_checks import numeric_host
 from parity.errors import LayoutError, ParityError
 from parity.layout import Spec, TensorLayout
 from parity.mesh import DeviceMesh
@@ -22,21 +23,17 @@ from parity.torch_impl.layouts.specs import placements_for
 from parity.torch_impl.runtime.torch_compat import DTensorSpec, TensorMeta, traced_through
 
 
-def as_host_tensor(x: Any) -> torch.Tensor:
+def as_host_tensor(x: Any, what: str = "distribute_tensor", arg: str = "x") -> torch.Tensor:
     """A plain torch tensor from numpy, lists, scalars or a plain tensor.
 
-    Raises ``ParityError`` for a DTensor (use it as is) or unconvertible input.
+    Raises ``ParityError`` for a DTensor (use it as is) or input that is not
+    numeric (object, string or bytes data; as ``jax_ref`` refuses it).
     """
     if isinstance(x, DTensor):
         raise ParityError("as_host_tensor got a DTensor; it is already distributed.")
     if isinstance(x, torch.Tensor):
         return x
-    try:
-        array = np.asarray(x)
-    except Exception as err:  # noqa: BLE001 - report any conversion failure alike
-        raise ParityError(f"Cannot turn {type(x).__name__} into a tensor: {err}") from err
-    if array.dtype == object:
-        raise ParityError(f"Cannot turn {type(x).__name__} into a numeric tensor.")
+    array = numeric_host(x, what, arg)  # ParityError naming the value
     if array.dtype.name == "bfloat16":
         return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
     # np.ascontiguousarray would turn a 0-d array into shape (1,).

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 import parity
+from parity.arg_checks import check_device_type
 from parity.errors import ParityError
 from parity.torch_impl.runtime import shutdown, state
 from parity.torch_impl.runtime.state import torch_device
@@ -191,10 +192,11 @@ def list_devices(device_type: str | None = None) -> list[str]:
 
     Simulated and multi-process: one device per rank. Plain: this process's
     CUDA devices, else ``["cpu:0"]``. ``device_type`` ("cpu" or "gpu")
-    filters; raises ``ParityError`` for another value.
+    filters; raises ``ParityError`` for another value or a non-string.
     """
     now = state.current()
-    if device_type is not None and device_type.lower() not in ("cpu", "gpu", "cuda"):
+    device_type = check_device_type(device_type, "list_devices")
+    if device_type is not None and device_type not in ("cpu", "gpu", "cuda"):
         raise ParityError(f"device_type={device_type!r}: choose 'cpu' or 'gpu'.")
     if now.mode == "plain":
         kind = "gpu" if torch.cuda.is_available() else "cpu"
@@ -202,7 +204,7 @@ def list_devices(device_type: str | None = None) -> list[str]:
     else:
         kind = state.parity_device_kind(now.device_type)
         count = now.world_size
-    wanted = None if device_type is None else state.parity_device_kind(device_type.lower())
+    wanted = None if device_type is None else state.parity_device_kind(device_type)
     if wanted is not None and wanted != kind:
         return []
     return [f"{kind}:{i}" for i in range(count)]

@@ -1,6 +1,7 @@
 """Every torch-version difference the backend depends on, in one place.
 
-parity is developed on torch 2.13; CUDA images carry older releases (2.11).
+parity is developed on torch 2.13 and tested on 2.15 too; CUDA images carry older
+releases (2.11).
 Each name here is torch's own where this torch has it, else an equivalent:
 
 * ``rank_map``, ``maybe_disable_local_tensor_mode``: in
@@ -9,6 +10,11 @@ Each name here is torch's own where this torch has it, else an equivalent:
 * ``traced_through``: torch's private allow-list of ``lru_cache``
   wrappers dynamo may trace through without a warning (2.13 and 2.14 have
   it; without it dynamo warns as before).
+* ``process_rank``: torch 2.15's simulation makes ``dist.get_rank()`` every
+  simulated rank's (a ``SymInt``); this is the process's own, an ``int``.
+* ``register_opaque_like_device_mesh``: torch 2.15 renamed
+  ``register_opaque_type`` / ``"reference"`` to ``register_custom_class`` /
+  ``"symbolic"`` (the old names log a deprecation warning there).
 * the single-tensor collectives: torch 2.13 renamed ``*_into_tensor`` /
   ``*_tensor`` to ``*_single`` (the old names are deprecated there).
   ``dist_all_gather_single`` and ``dist_reduce_scatter_single`` are what a
@@ -103,6 +109,18 @@ maybe_disable_local_tensor_mode: Callable[[], contextlib.AbstractContextManager]
     _local_tensor, "maybe_disable_local_tensor_mode", _disable_local_tensor_mode)
 """A context in which simulated ranks' tensors are plain again (no-op outside
 simulation)."""
+
+
+def process_rank() -> int:
+    """This process's rank in the default process group, a plain ``int``.
+
+    Outside ``simulate()`` it is ``dist.get_rank()``. Inside, torch 2.15's
+    ``LocalTensorMode`` patches ``dist.get_rank()`` to give every simulated
+    rank's (a ``SymInt`` over a ``LocalIntNode``, which numpy compares with
+    nothing); this reads the process group's own rank instead, what
+    ``dist.get_rank()`` gave there before 2.15. Raises ``ValueError`` (torch's)
+    before ``init_process_group``."""
+    return c10d._get_default_group().rank()
 
 
 def flattened_mesh(mesh, axis_names: tuple[str, ...], name: str):
@@ -254,20 +272,28 @@ def register_opaque_like_device_mesh(cls: type, extra: tuple[str, ...]) -> None:
     stand-in ``FakeScriptObject`` carries the listed members), the
     attributes ``extra`` carried and guarded on too (a function traced on
     one value of them recompiles for another). A no-op on a torch whose
-    ``DeviceMesh`` is not opaque (dynamo then traces the object itself)."""
+    ``DeviceMesh`` is not opaque (dynamo then traces the object itself).
+
+    torch 2.15 renamed ``register_opaque_type`` to ``register_custom_class``
+    and the kind ``"reference"`` to ``"symbolic"`` (the old names still work
+    there, each with a logged deprecation warning): ``cls`` is registered
+    with the newest function this torch has and ``DeviceMesh``'s own kind."""
     import torch.distributed.tensor  # noqa: F401 - registers DeviceMesh as opaque
     from torch.distributed.device_mesh import DeviceMesh
 
     try:
-        from torch._library.opaque_object import MemberType, get_opaque_obj_info, register_opaque_type
+        from torch._library import opaque_object
+        from torch._library.opaque_object import MemberType, get_opaque_obj_info
     except ImportError:
         return
+    register = getattr(opaque_object, "register_custom_class", None) or getattr(
+        opaque_object, "register_opaque_type", None)
     base = get_opaque_obj_info(DeviceMesh)
-    if base is None:
+    if base is None or register is None:
         return
     base_guard = base.guard_fn
-    register_opaque_type(
-        cls, typ="reference", reconstruct_fn=base.reconstruct_fn,
+    register(
+        cls, typ=base.opaque_typ, reconstruct_fn=base.reconstruct_fn,
         guard_fn=lambda obj: [*(base_guard(obj) if base_guard else ()),
                               *(getattr(obj, name) for name in extra)],
         members={**base.members, **{name: MemberType.USE_REAL for name in extra}})
@@ -318,3 +344,21 @@ def bucket_all_reduces(gm: torch.fx.GraphModule) -> None:
     from torch._inductor.fx_passes.bucketing import bucket_all_reduce
 
     bucket_all_reduce(gm)
+
+
+def has_mesh_layouts() -> bool:
+    """Whether this torch describes mesh axes by CuTe layouts
+    (``torch.distributed._mesh_layout``)."""
+    try:
+        from torch.distributed._mesh_layout import _MeshLayout  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def collapsed_mesh_layout(layouts: list):
+    """torch's layout of several mesh axes flattened into one
+    (``_MeshLayout(layouts).collapse()``); needs ``has_mesh_layouts()``."""
+    from torch.distributed._mesh_layout import _MeshLayout
+
+    return _MeshLayout(layouts).collapse()

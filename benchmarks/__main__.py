@@ -19,7 +19,7 @@ from pathlib import Path
 
 from benchmarks.common import Row, human_value, machine, provenance, usable_cpus
 
-FAMILIES = ("collectives", "ops", "memory", "per_call", "random", "first_compile", "gloo_step",
+FAMILIES = ("collectives", "ops", "memory", "per_call", "training_ops", "random", "first_compile", "gloo_step",
             "keras_job", "collective_counts", "keras", "keras_hub", "conformance", "cuda")
 
 FULL = {
@@ -36,7 +36,7 @@ QUICK = {
 # the results file's provenance notes, which scripts/measurements.py renders
 NOTED = ("random", "first_compile", "gloo_step", "keras_job", "collective_counts", "keras",
          "keras_hub")
-QUICK_SKIPS = ("collectives", "ops", "per_call", "random", "first_compile", "gloo_step",
+QUICK_SKIPS = ("collectives", "ops", "per_call", "training_ops", "random", "first_compile", "gloo_step",
                "keras_job", "collective_counts", "keras", "keras_hub", "conformance")
 
 
@@ -89,6 +89,10 @@ def collect(cfg: dict, families: set[str], quick: bool, explicit: set[str] = fro
         from benchmarks import per_call
 
         rows += per_call.rows(200 if quick else per_call.CALLS)
+    if "training_ops" in families:
+        from benchmarks import training_ops
+
+        rows += training_ops.rows(50 if quick else training_ops.CALLS)
     if "random" in families:
         from benchmarks import random_ops
 

@@ -1,5 +1,5 @@
 """Where the eager Keras ``ModelParallel`` step's time goes on 2 gloo ranks,
-op by op and by layer of the stack (issue 24, item 2).
+op by op and by layer of the stack.
 
 The model is ``benchmarks/keras_compiled_step.py``'s (the Keras parity
 driver's ``mlp:mp``: mesh (1, 2) ``batch, model``, Megatron column/row

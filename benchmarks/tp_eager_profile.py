@@ -1,5 +1,5 @@
 """Where the eager tensor-parallel MLP step's CPU time goes on 2 gloo ranks,
-against plain DTensor and JAX (issue 24, item 2).
+against plain DTensor and JAX.
 
 The model and step are ``benchmarks/compiled_step.py``'s (x replicated, w1
 column-parallel, w2 row-parallel on ``model``, ``mean((tanh(x @ w1) @ w2 -

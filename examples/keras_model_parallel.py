@@ -5,6 +5,15 @@
 
 The first five lines are all it takes; the rest is plain Keras distribution
 code that runs unchanged on JAX.
+
+The two commands print different losses, and both are right. On simulated
+devices the one process passes every row, and each global batch is
+consecutive rows of the whole array. Under torchrun each process passes only
+the rows of its batch shard (``np.array_split`` by its position on the
+``batch`` axis), as ``jax.make_array_from_process_local_data`` expects, so a
+global batch joins rows from each shard's part: other rows per step, on
+another mesh ((2, 2) instead of (2, 4)). To compare the two, compare the same
+run on JAX and on torch, not one launcher with the other.
 """
 
 import os

@@ -36,7 +36,7 @@ BACKEND_FUNCTIONS = (
     "to_numpy", "to_parity_mesh",
 )
 
-# JAX's explicit-sharding API (issue 26), on both backends with one meaning.
+# JAX's explicit-sharding API, on both backends with one meaning.
 EXPLICIT_FUNCTIONS = (
     "auto_axes", "device_put", "dot", "einsum", "explicit_axes", "lax", "matmul", "reshard",
     "set_mesh", "shard_map", "typeof", "with_sharding_constraint",

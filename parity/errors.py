@@ -137,7 +137,7 @@ class KerasCompileError(ParityError):
 CATEGORIES = ("indivisible", "invalid-layout", "ambiguous-sharding", "unsupported", "other")
 
 
-# ---------------------------------------------------------------- explicit axes (issue 26)
+# ---------------------------------------------------------------- explicit axes
 # Kept in its own block: JAX's explicit-sharding model (parity.AxisType).
 
 

@@ -86,6 +86,7 @@ class Table:
     rows: tuple[tuple[str, ...], ...]
     notes: tuple[str, ...]
     results_file: str
+    catalogue_ops: int | None = None
 
 
 def _cell(value: Any) -> str:
@@ -145,7 +146,27 @@ def load_measurement(path: Path) -> Table:
         command=tuple(command) if isinstance(command, list) else (command,),
         source=data["source"], text=data.get("text", ""), columns=columns, rows=tuple(rows),
         notes=tuple(data.get("notes", ())), results_file=name,
+        catalogue_ops=_check_count(name, "catalogue_ops", data.get("catalogue_ops")),
     )
+
+
+def _check_count(path: str, key: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ResultsFileError(path=path, problem=f"{key} {value!r}: give the count the run had, a "
+                                                  "positive integer, or leave the key out")
+    return value
+
+
+def catalogue_size() -> int:
+    """The number of ops ``parity ops`` lists at the current code (the
+    default catalogue, ``conformance.catalogue.OPS``): a page that says how
+    many ops a run had says this beside it, so the count cannot go stale."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from conformance.catalogue import OPS
+    return len(OPS)
 
 
 def _human(value: float | None, unit: str) -> str:
@@ -228,7 +249,9 @@ def render(tables: list[Table]) -> dict[str, str]:
     markers."""
     env = _environment()
     table = env.get_template("table.md.j2")
-    parts = {page: [table.render(t=t) for t in tables if t.page == page] for page in PAGES}
+    ops = catalogue_size()
+    parts = {page: [table.render(t=t, catalogue_ops_now=ops) for t in tables if t.page == page]
+             for page in PAGES}
     pages = {MEASUREMENTS_MD: env.get_template("measurements.md.j2").render(tables="\n".join(
         parts[MEASUREMENTS_MD]), index=[t for t in tables if t.page == MEASUREMENTS_MD])}
     bench = (ROOT / BENCHMARKS_MD).read_text()

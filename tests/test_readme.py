@@ -1,9 +1,7 @@
 """The README's code blocks do what they say.
 
-* Every Python block runs as written, each in a fresh interpreter from the
-  repository root (so a block cannot lean on another's imports), and checks
-  its own claims: each has an ``assert`` or a ``print`` for what its
-  comments say (marker ``slow``: they start torch, JAX and Keras).
+* Every Python block runs as written and checks its own claims:
+  ``tests/test_docs_blocks.py`` runs it, with every Python block of docs/.
 * Every bash block holds commands that exist: ``bash scripts/X.sh`` names a
   script of this repository (the two setup commands are not run here: they
   build a venv), and ``parity SUB --opt ...`` names a subcommand and options
@@ -21,19 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from doc_blocks import blocks
 
 from conformance.cli import EXIT_DIVERGES, EXIT_NO_DEVICE
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-
-
-def blocks(text: str, lang: str) -> list[tuple[int, str]]:
-    """``(line number, code)`` of each fenced block in ``lang``."""
-    found = []
-    for match in re.finditer(rf"^```{lang}\n(.*?)^```", text, re.S | re.M):
-        found.append((text.count("\n", 0, match.start()) + 1, match.group(1)))
-    return found
 
 
 PYTHON = blocks(README, "python")
@@ -45,39 +36,6 @@ def test_the_extractor_finds_blocks_by_language():
     assert blocks(text, "python") == [(2, "x = 1\n")]
     assert blocks(text, "bash") == [(5, "ls\n")]
     assert len(PYTHON) >= 3 and len(BASH) >= 2
-
-
-@pytest.mark.parametrize("line, code", PYTHON, ids=[f"README.md:{n}" for n, _ in PYTHON])
-def test_each_python_block_checks_what_its_comments_claim(line, code):
-    # A block whose comments state results must assert or print them.
-    assert re.search(r"^\s*(assert |print\(|np\.testing\.assert_)", code, re.M), (
-        f"README.md line {line}: a block that neither asserts nor prints proves nothing")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("line, code", PYTHON, ids=[f"README.md:{n}" for n, _ in PYTHON])
-def test_readme_python_block_runs_as_written(line, code):
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=280, cwd=ROOT)
-    assert out.returncode == 0, f"README.md line {line}:\n{out.stderr[-3000:]}"
-    # What a comment says a print shows is what it shows.
-    for printed, claim in _print_claims(code):
-        assert claim in out.stdout, f"README.md line {line}: {printed} did not print {claim!r}:\n{out.stdout}"
-
-
-def _print_claims(code: str) -> list[tuple[str, str]]:
-    """``(print call, the value its comment says)`` for lines
-    ``print(...)  # VALUE[: explanation]`` whose VALUE is a Python literal."""
-    claims = []
-    for m in re.finditer(r"^\s*(print\(.*\))\s*#\s*(\(.*?\))(?::|$)", code, re.M):
-        claims.append((m.group(1), m.group(2)))
-    return claims
-
-
-def test_print_claims_are_read_from_the_comments():
-    code = "print(a.spec)   # (('data',), ('model',))\nprint(b)  # ((), ('model',)): why\nprint(c)\n"
-    assert _print_claims(code) == [("print(a.spec)", "(('data',), ('model',))"),
-                                   ("print(b)", "((), ('model',))")]
 
 
 def _commands(code: str) -> list[list[str]]:
@@ -138,9 +96,8 @@ def test_the_readme_states_no_measured_figures():
 
 
 def test_the_readme_states_the_exit_codes_the_cli_returns():
-    # issue 22: the README said "0 holds, 1 a case does not hold" while the
-    # suite exited 0 on a diverging parity column; it now names the codes the
-    # CLI returns (conformance/cli.py) for the two cases a script relies on.
+    # The README names the codes the CLI returns (conformance/cli.py) for
+    # the two cases a script relies on.
     prose = " ".join(README.split())
     assert (f"`parity conformance` (so `scripts/conformance.sh`) exits {EXIT_DIVERGES} when a "
             "parity case is neither `match` nor `both-reject`") in prose

@@ -1,4 +1,4 @@
-"""The unmatched-key warning of parity's Keras shim (issue 27).
+"""The unmatched-key warning of parity's Keras shim.
 
 Keras replicates a variable no ``LayoutMap`` key matches, without a word: a
 map written for ``transformer_layer.*/mlp/kernel`` silently replicates

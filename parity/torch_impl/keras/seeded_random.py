@@ -1,4 +1,4 @@
-"""Keras's seeded random ops on torch under a distribution (issue 25).
+"""Keras's seeded random ops on torch under a distribution.
 
 Keras's torch backend draws ``keras.random.normal(shape, seed=...)``,
 ``uniform``, ``randint``, ``categorical``, ``truncated_normal``, ``shuffle``

@@ -167,7 +167,7 @@ def _wrap_make(name):
     @functools.wraps(original)
     def make(self, force=False):
         distribution = _distribution()
-        if distribution is not None:  # issue 27: a key that lays out nothing warns
+        if distribution is not None:  # a key that lays out nothing warns
             warn_unmatched_keys(self, distribution)
         original(self, force=force)
         fn = getattr(self, attr)

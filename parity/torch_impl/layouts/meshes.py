@@ -72,7 +72,7 @@ def to_torch_mesh(mesh: DeviceMesh) -> TorchMesh:
             if all(t.name == "Auto" for t in mesh.axis_types):
                 cached = TorchMesh(now.device_type, torch.from_numpy(ranks),
                                    mesh_dim_names=mesh.axis_names)
-            else:  # Explicit/Manual axes: a mesh no Auto one equals (issue 26)
+            else:  # Explicit/Manual axes: a mesh no Auto one equals
                 from parity.torch_impl.layouts.typed_mesh import TypedTorchMesh
 
                 cached = TypedTorchMesh(now.device_type, torch.from_numpy(ranks),
@@ -104,7 +104,7 @@ def to_parity_mesh(torch_mesh: TorchMesh) -> DeviceMesh:
     ranks = torch_mesh.mesh.cpu().numpy()
     devices = np.array([f"{kind}:{r}" for r in ranks.flat], dtype=object).reshape(ranks.shape)
     mesh = DeviceMesh(tuple(torch_mesh.mesh.shape), tuple(names), devices,
-                      getattr(torch_mesh, "parity_axis_types", None))  # issue 26
+                      getattr(torch_mesh, "parity_axis_types", None))
     with state.lock:
         _remember_parity_mesh(torch_mesh, mesh)
         # the way back gives the user's mesh (an FSDP2 submesh, an

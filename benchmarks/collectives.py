@@ -25,8 +25,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from benchmarks.common import Row, human_bytes, median, timed_pairs
-from benchmarks.gloo_job import rank_max
+from benchmarks.common import Row, human_bytes, median, rank_max, timed_pairs
 
 # The raw calls under their torch 2.13 names, or the older ones before 2.13.
 from parity.torch_impl.runtime.torch_compat import dist_all_gather_single as _all_gather

@@ -196,3 +196,13 @@ def human_seconds(s: float) -> str:
     if s >= 1e-3:
         return f"{s * 1e3:.2f} ms"
     return f"{s * 1e6:.1f} us"
+
+
+def rank_max(values: list[float]) -> list[float]:
+    """Element-wise max over ranks (the slowest rank sets a collective's pace)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()

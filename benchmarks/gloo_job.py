@@ -62,13 +62,3 @@ def run(cfg: dict[str, Any]) -> list[Row]:
                            nprocs=cfg["world"], start_method="spawn", join=True)
         with open(out_path) as f:
             return [Row(**r) for r in json.load(f)]
-
-
-def rank_max(values: list[float]) -> list[float]:
-    """Element-wise max over ranks (the slowest rank sets a collective's pace)."""
-    import torch
-    import torch.distributed as dist
-
-    t = torch.tensor(values, dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.tolist()

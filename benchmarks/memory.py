@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.common import Row
+from benchmarks.common import Row, rank_max
 
 GOAL = 1.01
 SHAPE = (1024, 1024)
@@ -28,7 +28,6 @@ def on_rank(cfg: dict) -> list[Row]:
     import torch.distributed as dist
 
     import parity
-    from benchmarks.gloo_job import rank_max
     from parity import torch_impl as ti
 
     world = dist.get_world_size()

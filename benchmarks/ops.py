@@ -24,8 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from benchmarks.common import Row, median, timed_pairs
-from benchmarks.gloo_job import rank_max
+from benchmarks.common import Row, median, rank_max, timed_pairs
 
 GOAL = 1.10
 N = 256

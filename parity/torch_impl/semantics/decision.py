@@ -280,7 +280,7 @@ def output_action(x: DTensor, spec: Any, keep_partial: bool) -> tuple:
         return _output_action_untraced(tuple(x.placements), x.ndim, spec, keep_partial,
                                        x.device_mesh)
     return _output_action(tuple(x.placements), x.ndim, _hashable(spec), keep_partial,
-                          x.device_mesh)
+                          x.device_mesh, True)
 
 
 def _hashable(spec: Any) -> Any:
@@ -295,12 +295,15 @@ def _output_action_untraced(placements: tuple, ndim: int, spec: Any, keep_partia
 
 
 @functools.lru_cache(maxsize=4096)
-def _output_action(placements: tuple, ndim: int, spec: Any, keep_partial: bool, mesh) -> tuple:
+def _output_action(placements: tuple, ndim: int, spec: Any, keep_partial: bool, mesh,
+                   eager: bool = False) -> tuple:
     partial = any(isinstance(p, Partial) for p in placements)
+    kept = ("sum", "avg") if eager else ("sum",)
     if (keep_partial and partial and not masked_partial(placements)
-            and all(p.reduce_op == "sum" for p in placements if isinstance(p, Partial))):
-        # a pending sum only: DTensor's backward cannot turn the gradient of a
-        # pending mean or max into its placement (P(sum) -> P(avg))
+            and all(p.reduce_op in kept for p in placements if isinstance(p, Partial))):
+        # pending sums, and eagerly pending means (kept as the sums they
+        # equal: pending.mark_deferred); a pending max, or a mean under
+        # torch.compile, is completed
         return ("defer", None)
     if spec is None or len(spec) != ndim:
         try:

@@ -22,11 +22,12 @@ refused (``refuse_write``).
 from __future__ import annotations
 
 import torch
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Partial
 
 from parity.errors import UnsupportedOpError
 from parity.torch_impl.collectives import redistribute
 from parity.torch_impl.layouts import specs as S
+from parity.torch_impl.runtime.torch_compat import DTensorSpec
 
 # Deferred tensors carry this attribute; describe/to_local look for it.
 DEFERRED_ATTR = "_parity_deferred"
@@ -36,8 +37,36 @@ DEFERRED_ATTR = "_parity_deferred"
 complete = redistribute.resolve_pending
 
 
+class _MeanAsSum(torch.autograd.Function):
+    """A pending mean (``Partial("avg")``) as the pending sum it equals:
+    each rank's block divided by the count of blocks averaged. The logical
+    value is the same, so the gradient passes as it is. DTensor's backward
+    cannot lay a gradient out as a pending mean (``P(sum) -> P(avg)``), and
+    every op after this one sees only pending sums."""
+
+    @staticmethod
+    def forward(ctx, x: DTensor) -> DTensor:  # type: ignore[override]
+        count, placements = 1, []
+        for dim, p in enumerate(x.placements):
+            if isinstance(p, Partial) and p.reduce_op == "avg":
+                count *= x.device_mesh.size(dim)
+                placements.append(Partial("sum"))
+            else:
+                placements.append(p)
+        spec = DTensorSpec(x.device_mesh, tuple(placements), tensor_meta=x._spec.tensor_meta)
+        return DTensor(x._local_tensor / count, spec, requires_grad=False)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        return grad
+
+
 def mark_deferred(x: DTensor) -> DTensor:
-    """Remember that ``x`` is pending on purpose (``defer``)."""
+    """Remember that ``x`` is pending on purpose (``defer``); a pending mean
+    is kept as the pending sum it equals (``_MeanAsSum``), eagerly only
+    (``decision.output_action`` completes a mean under ``torch.compile``)."""
+    if any(isinstance(p, Partial) and p.reduce_op == "avg" for p in x.placements):
+        x = _MeanAsSum.apply(x)
     try:
         setattr(x, DEFERRED_ATTR, True)
     except (AttributeError, RuntimeError):  # pragma: no cover - exotic subclasses

@@ -8,10 +8,11 @@ ranks (a slice of a simulated mesh is rank 0's view only): it runs in
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 import parity
 from parity import torch_impl as ti
@@ -79,3 +80,23 @@ def test_parity_mesh_cache_is_bounded_and_per_generation():
         mesh = ti.to_parity_mesh(TorchMesh("cpu", torch.arange(4), mesh_dim_names=("x",)))
         assert mesh.axis_names == ("x",)
         assert all(entry[0] is not held for entry in meshes._parity_mesh_cache.values())
+
+
+def test_rehoming_a_deferred_pending_sum_keeps_its_value():
+    # a sum kept pending (the default scope) moves to another object of the
+    # same mesh as its raw blocks: parity's to_local would complete it, and
+    # the completed block under Partial would count the sum once per rank
+    rng = np.random.default_rng(0)
+    xh = rng.standard_normal((4, 8)).astype(np.float32)
+    wh = rng.standard_normal((8, 4)).astype(np.float32)
+    with ti.simulate(4):
+        a = TorchMesh("cpu", torch.arange(4), mesh_dim_names=("tp",))
+        b = TorchMesh("cpu", torch.arange(4), mesh_dim_names=("tp",))
+        x = distribute_tensor(torch.tensor(xh), a, [Shard(1)])
+        w = distribute_tensor(torch.tensor(wh), a, [Shard(0)])
+        with ti.jax_semantics():
+            y = x @ w
+            assert y.placements[0].is_partial()
+            moved = mesh_identity.rehome(y, b)
+        assert moved.device_mesh is b and moved.placements[0].is_partial()
+        np.testing.assert_allclose(ti.to_numpy(moved), xh @ wh, rtol=1e-5, atol=1e-5)

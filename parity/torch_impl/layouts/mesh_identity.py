@@ -64,6 +64,7 @@ def rehome(t: Any, mesh: Any) -> Any:
     from torch.distributed.tensor import DTensor
 
     from parity.torch_impl.layouts import submesh
+    from parity.torch_impl.layouts.tensors import raw_to_local
 
     if t.device_mesh is mesh:
         return t
@@ -73,5 +74,5 @@ def rehome(t: Any, mesh: Any) -> Any:
             return submesh.lift(t, mesh, axes)
         raise ValueError(f"rehome: {t.device_mesh} and {mesh} are different meshes: "
                          f"{'; '.join(differences(t.device_mesh, mesh))}.")
-    return DTensor.from_local(t.to_local(), mesh, t.placements, run_check=False,
+    return DTensor.from_local(raw_to_local(t), mesh, t.placements, run_check=False,
                               shape=t.shape, stride=t.stride())

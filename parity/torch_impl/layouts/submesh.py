@@ -26,6 +26,7 @@ import torch
 from torch.distributed.tensor import DTensor, Replicate
 
 from parity.errors import MeshMismatchError
+from parity.torch_impl.layouts.tensors import raw_to_local
 from parity.torch_impl.runtime import state
 from parity.torch_impl.runtime.torch_compat import (StridedShard, collapsed_mesh_layout,
                                                     has_mesh_layouts, process_rank)
@@ -175,7 +176,7 @@ def lift(t: DTensor, parent: Any, axes: tuple[int, ...]) -> DTensor:
     # the local block as it is, a pending sum too (it stays pending, now
     # on ``parent``): parity's ``to_local`` completes a deferred sum, and
     # under Partial the completed block would be counted twice
-    local = _raw_to_local(t)
+    local = raw_to_local(t)
     placements = t.placements
     lifted = []
     flattened = len([i for i in axes if i >= 0]) > len(placements)
@@ -192,11 +193,3 @@ def lift(t: DTensor, parent: Any, axes: tuple[int, ...]) -> DTensor:
         lifted.append(placement)
     return DTensor.from_local(local, parent, lifted, run_check=False,
                               shape=t.shape, stride=t.stride())
-
-
-def _raw_to_local(t: DTensor) -> torch.Tensor:
-    """DTensor's own differentiable ``to_local``, without the completion of
-    deferred sums that ``pending.install_to_local_hook`` wraps it in."""
-    if torch.compiler.is_dynamo_compiling():
-        return t.to_local()
-    return getattr(DTensor.to_local, "__wrapped__", DTensor.to_local)(t)

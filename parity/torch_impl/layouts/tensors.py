@@ -123,3 +123,15 @@ def global_shape_from_local(
         int(size) * math.prod([mesh_shape[axis_names.index(n)] for n in names])
         for size, names in zip(local_shape, spec)
     )
+
+
+def raw_to_local(t: DTensor) -> torch.Tensor:
+    """``t``'s local block as it is, a pending sum too: DTensor's own
+    differentiable ``to_local``, without the completion of deferred sums
+    that ``jax_semantics()`` wraps it in (``pending.install_to_local_hook``).
+    For moving a DTensor to another mesh object with its placements: the
+    completed block under ``Partial`` would count the sum once per rank.
+    (While dynamo traces, ``to_local`` as it is.)"""
+    if torch.compiler.is_dynamo_compiling():
+        return t.to_local()
+    return getattr(DTensor.to_local, "__wrapped__", DTensor.to_local)(t)

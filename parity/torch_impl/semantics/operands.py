@@ -29,7 +29,7 @@ from torch.distributed.tensor import DTensor, Replicate
 from parity.errors import MeshMismatchError
 from parity.torch_impl.runtime import state
 from parity.torch_impl.layouts import mesh_identity, submesh
-from parity.torch_impl.layouts.tensors import as_host_tensor
+from parity.torch_impl.layouts.tensors import as_host_tensor, raw_to_local
 from parity.torch_impl.semantics import pending
 
 _SEQ = (list, tuple)
@@ -157,7 +157,7 @@ def _rehome_one(t: DTensor, mesh) -> DTensor:
         return t
     if how:  # a slice of ``mesh`` (``find_mesh`` found it one)
         return submesh.lift(t, mesh, submesh.slice_axes_traced(mesh, t.device_mesh))
-    return DTensor.from_local(t.to_local(), mesh, t.placements, run_check=False,
+    return DTensor.from_local(raw_to_local(t), mesh, t.placements, run_check=False,
                               shape=t.shape, stride=t.stride())
 
 
